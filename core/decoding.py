@@ -1,0 +1,157 @@
+"""Generating a target sequence from an encoder–decoder model: greedy, sampling and beam search.
+
+All three run the decoder one position at a time. With ``use_cache=True`` (the default) each step feeds
+only the newest token and reuses the keys/values of earlier positions (:class:`core.multihead.KVCache`);
+with ``use_cache=False`` each step recomputes the whole prefix, which is slower and gives the same tokens.
+
+The model must provide ``encode(src) -> (memory, src_mask)``, ``decode(tgt, memory, src_mask, cache)``,
+``new_cache()`` and a ``config`` with ``bos_id``, ``eos_id`` and ``pad_id``.
+Every function returns ``(B, L)`` generated ids (no BOS), EOS-terminated where EOS was produced and
+padded with ``pad_id`` after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from core.errors import check_positive
+
+
+def _default_max_len(src: Tensor, max_len: int | None) -> int:
+    max_len = src.shape[1] + 50 if max_len is None else max_len
+    check_positive("max_len", max_len)
+    return max_len
+
+
+def _next_logits(model: nn.Module, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache) -> Tensor:
+    """Logits ``(B, V)`` for the position after ``tokens`` ``(B, t)``."""
+    new = tokens[:, -1:] if cache is not None else tokens
+    return model.decode(new, memory, src_mask, cache)[:, -1].float()
+
+
+@torch.no_grad()
+def _decode_loop(
+    model: nn.Module, src: Tensor, pick: Callable[[Tensor], Tensor], max_len: int | None, use_cache: bool
+) -> Tensor:
+    cfg = model.config
+    max_len = _default_max_len(src, max_len)
+    memory, src_mask = model.encode(src)
+    tokens = torch.full((src.shape[0], 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    cache = model.new_cache() if use_cache else None
+    for _ in range(max_len):
+        next_ids = pick(_next_logits(model, tokens, memory, src_mask, cache))  # (B,)
+        next_ids = next_ids.masked_fill(finished, cfg.pad_id)
+        tokens = torch.cat((tokens, next_ids[:, None]), dim=1)  # (B, t + 1)
+        finished |= next_ids == cfg.eos_id
+        if finished.all():
+            break
+    return tokens[:, 1:]
+
+
+def greedy_decode(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache: bool = True) -> Tensor:
+    """Pick the most probable token at every step."""
+    return _decode_loop(model, src, lambda logits: logits.argmax(-1), max_len, use_cache)
+
+
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Set to ``-inf`` every logit outside the ``top_k`` largest and outside the nucleus of mass ``top_p``."""
+    if top_k is not None:
+        check_positive("top_k", top_k)
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the mass *before* it already reaches top_p: the most probable always stays.
+        drop_sorted = probs.cumsum(-1) - probs >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_decode(
+    model: nn.Module,
+    src: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_len: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Sample each token from softmax(logits / temperature), optionally restricted to top-k / top-p."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy_decode for temperature 0), got {temperature}")
+
+    def pick(logits: Tensor) -> Tensor:
+        probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)  # (B, V)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return _decode_loop(model, src, pick, max_len, use_cache)
+
+
+@torch.no_grad()
+def beam_search(
+    model: nn.Module,
+    src: Tensor,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_len: int | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Batched beam search; the best hypothesis by score / lp, lp = ((5 + length) / 6)^α (Wu et al. 2016).
+
+    Finished hypotheses stay in the beam with a frozen score (they can only be extended by padding at
+    no cost), so ``beam_size=1`` is exactly greedy decoding.
+    """
+    check_positive("beam_size", beam_size)
+    cfg, K = model.config, beam_size
+    B, device = src.shape[0], src.device
+    max_len = _default_max_len(src, max_len)
+    memory, src_mask = model.encode(src)
+    memory, src_mask = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)  # (B·K, S, D)
+    tokens = torch.full((B * K, 1), cfg.bos_id, dtype=torch.long, device=device)
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # at the start all beams are the same: keep one alive so they do not repeat
+    finished = torch.zeros(B * K, dtype=torch.bool, device=device)
+    lengths = torch.zeros(B * K, device=device)
+    cache = model.new_cache() if use_cache else None
+    for _ in range(max_len):
+        logp = _next_logits(model, tokens, memory, src_mask, cache).log_softmax(-1)  # (B·K, V)
+        V = logp.shape[-1]
+        logp[finished] = float("-inf")
+        logp[finished, cfg.pad_id] = 0.0
+        candidates = (scores.view(-1, 1) + logp).view(B, K * V)  # (B, K·V)
+        scores, flat_idx = candidates.topk(K, dim=1)  # (B, K)
+        rows = (torch.arange(B, device=device)[:, None] * K + flat_idx // V).view(-1)  # (B·K,)
+        next_ids = (flat_idx % V).view(-1)
+        tokens = torch.cat((tokens[rows], next_ids[:, None]), dim=1)
+        finished, lengths = finished[rows], lengths[rows]
+        lengths = lengths + (~finished).float()
+        finished = finished | (next_ids == cfg.eos_id)
+        if cache is not None:
+            cache.reorder(rows)
+        if finished.all():
+            break
+    penalty = ((5.0 + lengths) / 6.0) ** length_penalty
+    best = (scores.view(-1) / penalty).view(B, K).argmax(dim=1)  # (B,)
+    return tokens[torch.arange(B, device=device) * K + best, 1:]
+
+
+def strip_special(ids: Tensor, eos_id: int, pad_id: int) -> list[list[int]]:
+    """Turn ``(B, L)`` generated ids into lists cut at the first EOS (EOS and padding removed)."""
+    out = []
+    for row in ids.tolist():
+        seq = []
+        for token in row:
+            if token in (eos_id, pad_id):
+                break
+            seq.append(token)
+        out.append(seq)
+    return out

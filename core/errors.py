@@ -1,0 +1,31 @@
+"""Helpers that turn bad user input into errors that name the value and the fix."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def unknown_name(kind: str, name: object, known: Iterable[str]) -> ValueError:
+    """A ValueError for an unknown ``kind`` name, with a "did you mean" suggestion and the known names."""
+    known = sorted(known)
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ValueError(f"unknown {kind} {name!r}.{hint} Known: {', '.join(known)}.")
+
+
+def check_positive(name: str, value: object, *, allow_zero: bool = False) -> None:
+    """Raise if ``value`` is not a positive int (or non-negative when ``allow_zero``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+
+
+def check_probability(name: str, value: object) -> None:
+    """Raise if ``value`` is not a float in [0, 1) (dropout rates, label smoothing)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__} {value!r}")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value}")

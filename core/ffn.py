@@ -1,0 +1,42 @@
+"""The position-wise feed-forward network (Vaswani et al. 2017, §3.3): FFN(x) = W₂·act(W₁·x + b₁) + b₂.
+
+Applied to every position separately and identically: D -> d_ff (4·D in the paper) -> D.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from core.errors import check_positive, check_probability, unknown_name
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+class PositionwiseFFN(nn.Module):
+    """Two linear layers with an activation (ReLU in the paper, GELU in BERT/ViT) and dropout between.
+
+    Args:
+        d_model: width D of the tokens.
+        d_ff: hidden width (the paper uses 4·D = 2048 for D = 512).
+        activation: ``"relu"`` or ``"gelu"``.
+        dropout: dropout on the hidden activations.
+
+    Shape: ``(..., D) -> (..., D)``.
+    """
+
+    zoo_part = "ffn"
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0) -> None:
+        super().__init__()
+        check_positive("d_model", d_model)
+        check_positive("d_ff", d_ff)
+        check_probability("dropout", dropout)
+        if activation not in ACTIVATIONS:
+            raise unknown_name("activation", activation, ACTIVATIONS)
+        self.fc1 = nn.Linear(d_model, d_ff)  # W₁, b₁
+        self.act = ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(d_ff, d_model)  # W₂, b₂
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(self.act(self.fc1(x))))  # (..., D)

@@ -1,0 +1,160 @@
+"""Encoder and decoder layers: sublayers wrapped in residual connections and layer normalisation.
+
+Each sublayer (self-attention, cross-attention, FFN) is an *injected* module, so a variant replaces one
+sublayer — window attention, a mixture of experts — without copying the layer. Where the norm sits is
+the one switch (``norm_first``), exactly as in ``nn.Transformer``:
+
+* Post-LN (the paper's, §3.1): ``x = LayerNorm(x + Dropout(Sublayer(x)))``;
+* Pre-LN (Xiong et al. 2020; GPT-2, ViT): ``x = x + Dropout(Sublayer(LayerNorm(x)))``, and the stack
+  ends with one more LayerNorm.
+
+Shape legend: B batch, N source tokens, T target tokens, D model width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+from torchvision.ops import StochasticDepth
+
+from core.errors import check_probability
+from core.multihead import KVCache
+
+NormFactory = Callable[[int], nn.Module]
+
+
+def layer_norm(d_model: int, eps: float = 1e-5) -> nn.Module:
+    """The paper's normalisation, tagged with its part."""
+    norm = nn.LayerNorm(d_model, eps=eps)
+    norm.zoo_part = "norm"
+    return norm
+
+
+class ResidualLayer(nn.Module):
+    """Base of the encoder and decoder layers: the residual + norm wrapper around a sublayer.
+
+    Args:
+        d_model: width D.
+        dropout: dropout on each sublayer's output before the residual addition (the paper's P_drop).
+        norm_first: Pre-LN when ``True``, Post-LN (the paper's) when ``False``.
+        drop_path: stochastic depth rate: drop the whole residual branch per sample (ViT/Swin training).
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, drop_path: float = 0.0) -> None:
+        super().__init__()
+        check_probability("dropout", dropout)
+        check_probability("drop_path", drop_path)
+        self.norm_first = norm_first
+        self.dropout = nn.Dropout(dropout)
+        self.drop_path = StochasticDepth(drop_path, mode="row") if drop_path > 0 else nn.Identity()
+
+    def residual(self, x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.drop_path(self.dropout(sublayer(norm(x))))
+        return norm(x + self.drop_path(self.dropout(sublayer(x))))
+
+
+class EncoderLayer(ResidualLayer):
+    """Self-attention then FFN, each in a residual + norm (§3.1, left half of Figure 1).
+
+    Args:
+        self_attn: ``(B, N, D) -> (B, N, D)``, called as ``self_attn(x, mask=mask)``.
+        ffn: ``(B, N, D) -> (B, N, D)``.
+        norm: factory of the normalisation layer (LayerNorm by default).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        self_attn: nn.Module,
+        ffn: nn.Module,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        norm: NormFactory = layer_norm,
+        drop_path: float = 0.0,
+    ) -> None:
+        super().__init__(d_model, dropout, norm_first, drop_path)
+        self.norm1, self.self_attn = norm(d_model), self_attn
+        self.norm2, self.ffn = norm(d_model), ffn
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        x = self.residual(x, self.norm1, lambda h: self.self_attn(h, mask=mask))  # (B, N, D)
+        return self.residual(x, self.norm2, self.ffn)  # (B, N, D)
+
+
+class DecoderLayer(ResidualLayer):
+    """Masked self-attention, cross-attention over the encoder memory, then FFN (right half of Figure 1).
+
+    ``forward(x, memory, self_mask, memory_mask, is_causal, cache)``: ``cache`` is a pair of
+    :class:`KVCache` (self, cross) for incremental decoding.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        self_attn: nn.Module,
+        cross_attn: nn.Module,
+        ffn: nn.Module,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        norm: NormFactory = layer_norm,
+    ) -> None:
+        super().__init__(d_model, dropout, norm_first)
+        self.norm1, self.self_attn = norm(d_model), self_attn
+        self.norm2, self.cross_attn = norm(d_model), cross_attn
+        self.norm3, self.ffn = norm(d_model), ffn
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        is_causal: bool = True,
+        cache: tuple[KVCache, KVCache] | None = None,
+    ) -> Tensor:
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+        x = self.residual(
+            x, self.norm1, lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache)
+        )  # (B, T, D)
+        x = self.residual(
+            x, self.norm2, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache)
+        )  # (B, T, D)
+        return self.residual(x, self.norm3, self.ffn)  # (B, T, D)
+
+
+class Encoder(nn.Module):
+    """A stack of encoder layers; Pre-LN stacks end with a final norm (``final_norm``)."""
+
+    def __init__(self, layers: list[nn.Module], final_norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = final_norm
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, mask=mask)  # (B, N, D)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of decoder layers; Pre-LN stacks end with a final norm (``final_norm``)."""
+
+    def __init__(self, layers: list[nn.Module], final_norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = final_norm
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        is_causal: bool = True,
+        cache: list[tuple[KVCache, KVCache]] | None = None,
+    ) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, self_mask, memory_mask, is_causal, None if cache is None else cache[i])
+        return x if self.norm is None else self.norm(x)  # (B, T, D)

@@ -1,0 +1,197 @@
+"""The encoder–decoder Transformer of Vaswani et al. 2017, "Attention Is All You Need".
+
+One builder, :func:`build_transformer`, wires the whole model from its parts, so a variant that changes
+one part passes one different argument. The defaults are the paper's base model.
+
+Shape legend: B batch, S source tokens, T target tokens, D model width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from torch import Tensor, nn
+
+from core.attention import ReferenceAttention, ScaledDotProductAttention
+from core.embedding import TokenEmbedding, check_token_ids
+from core.errors import check_positive, check_probability, unknown_name
+from core.ffn import ACTIVATIONS, PositionwiseFFN
+from core.init import INIT_SCHEMES, init_weights
+from core.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, layer_norm
+from core.masks import padding_mask
+from core.multihead import KVCache, MultiHeadAttention
+from core.position import POSITIONAL_SCHEMES, build_position
+
+KERNELS = {"sdpa": ScaledDotProductAttention, "reference": ReferenceAttention}
+
+
+@dataclass
+class TransformerConfig:
+    """Configuration of the classic Transformer; the defaults are the paper's base model (Table 3)."""
+
+    src_vocab: int = 37000  # the paper's shared BPE vocabulary for EN-DE
+    tgt_vocab: int | None = None  # None: same as src_vocab (needed for three-way tying)
+    d_model: int = 512
+    heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    d_ff: int = 2048  # 4·d_model
+    dropout: float = 0.1  # on each sublayer output and on embeddings + positions (P_drop)
+    attention_dropout: float = 0.0  # on the attention weights (not in the paper; used by later code)
+    activation: str = "relu"
+    norm_first: bool = False  # False = Post-LN (the paper's); True = Pre-LN with a final norm
+    position: str = "sinusoidal"
+    max_len: int = 512  # only bounds the learned position table
+    scale_embeddings: bool = True  # multiply embeddings by √d_model (§3.4)
+    share_embeddings: bool = True  # source embedding = target embedding (needs one vocabulary)
+    tie_output: bool = True  # target embedding = pre-softmax projection (§3.4)
+    kernel: str = "sdpa"  # "sdpa" (fused) or "reference" (explicit math)
+    init: str = "xavier"
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def __post_init__(self) -> None:
+        if self.tgt_vocab is None:
+            self.tgt_vocab = self.src_vocab
+        for name in ("src_vocab", "tgt_vocab", "d_model", "heads", "encoder_layers", "decoder_layers", "d_ff"):
+            check_positive(name, getattr(self, name), allow_zero=name.endswith("_layers"))
+        check_probability("dropout", self.dropout)
+        check_probability("attention_dropout", self.attention_dropout)
+        if self.d_model % self.heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by heads={self.heads}; "
+                "choose heads that divide d_model"
+            )
+        for name, value, known in (
+            ("activation", self.activation, ACTIVATIONS),
+            ("positional scheme", self.position, POSITIONAL_SCHEMES),
+            ("kernel", self.kernel, KERNELS),
+            ("init scheme", self.init, INIT_SCHEMES),
+        ):
+            if value not in known:
+                raise unknown_name(name, value, known)
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise ValueError(
+                f"share_embeddings=True needs one vocabulary, got src_vocab={self.src_vocab} and "
+                f"tgt_vocab={self.tgt_vocab}; set share_embeddings=False or use a joint vocabulary"
+            )
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            if not 0 <= value < min(self.src_vocab, self.tgt_vocab):
+                raise ValueError(f"{name}={value} is outside the vocabulary [0, {min(self.src_vocab, self.tgt_vocab)})")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": dict(src_vocab=64, d_model=32, heads=4, encoder_layers=2, decoder_layers=2, d_ff=64, dropout=0.0),
+    "small": dict(src_vocab=8000, d_model=256, heads=4, encoder_layers=3, decoder_layers=3, d_ff=1024),
+    "base": dict(),
+    "big": dict(d_model=1024, heads=16, d_ff=4096, dropout=0.3),
+}
+
+
+class DecoderCache:
+    """Key/value caches of every decoder layer: (self-attention, cross-attention) per layer."""
+
+    def __init__(self, layers: int) -> None:
+        self.layers = [(KVCache(), KVCache(static=True)) for _ in range(layers)]
+
+    @property
+    def length(self) -> int:
+        """How many target positions have been decoded so far."""
+        return self.layers[0][0].length if self.layers else 0
+
+    def reorder(self, index: Tensor) -> None:
+        for self_cache, cross_cache in self.layers:
+            self_cache.reorder(index)
+            cross_cache.reorder(index)
+
+
+class Transformer(nn.Module):
+    """The encoder–decoder model: ``model(src_ids, tgt_ids)`` -> logits ``(B, T, V)``.
+
+    ``tgt_ids`` are the decoder *inputs* (the target shifted right, starting with BOS); padding masks
+    come from ``config.pad_id`` and the decoder is causal.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.src_embed = TokenEmbedding(c.src_vocab, c.d_model, c.pad_id, c.scale_embeddings)
+        self.tgt_embed = (
+            self.src_embed
+            if c.share_embeddings
+            else TokenEmbedding(c.tgt_vocab, c.d_model, c.pad_id, c.scale_embeddings)
+        )
+        self.position = build_position(c.position, c.d_model, c.heads, c.max_len)
+        self.embed_dropout = nn.Dropout(c.dropout)
+
+        def attention() -> MultiHeadAttention:
+            return MultiHeadAttention(c.d_model, c.heads, KERNELS[c.kernel](c.attention_dropout), self.position)
+
+        def ffn() -> PositionwiseFFN:
+            return PositionwiseFFN(c.d_model, c.d_ff, c.activation, c.dropout)
+
+        def final_norm() -> nn.Module | None:
+            return layer_norm(c.d_model) if c.norm_first else None
+
+        self.encoder = Encoder(
+            [EncoderLayer(c.d_model, attention(), ffn(), c.dropout, c.norm_first) for _ in range(c.encoder_layers)],
+            final_norm(),
+        )
+        self.decoder = Decoder(
+            [
+                DecoderLayer(c.d_model, attention(), attention(), ffn(), c.dropout, c.norm_first)
+                for _ in range(c.decoder_layers)
+            ],
+            final_norm(),
+        )
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab, bias=False)  # pre-softmax projection
+        self.generator.zoo_part = "head"
+        init_weights(self, c.init)
+        if c.tie_output:
+            self.generator.weight = self.tgt_embed.weight
+
+    def embed(self, embedding: TokenEmbedding, ids: Tensor, offset: int = 0) -> Tensor:
+        return self.embed_dropout(self.position.embed(embedding(ids), offset))  # (B, N, D)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """``(B, S)`` ids -> memory ``(B, S, D)`` and its key mask ``(B, 1, 1, S)``."""
+        check_token_ids("src_ids", src, self.config.src_vocab)
+        src_mask = padding_mask(src, self.config.pad_id)
+        return self.encoder(self.embed(self.src_embed, src), src_mask), src_mask
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """``(B, T)`` decoder inputs -> logits ``(B, T, V)``.
+
+        With a ``cache``, ``tgt`` holds only the new positions and earlier keys/values are reused.
+        """
+        check_token_ids("tgt_ids", tgt, self.config.tgt_vocab)
+        offset = 0 if cache is None else cache.length
+        x = self.embed(self.tgt_embed, tgt, offset)  # (B, T, D)
+        # Causal, and pads are never attended. While decoding with a cache, a hypothesis only gets pads
+        # after its EOS, and what it computes after that is discarded.
+        tgt_mask = padding_mask(tgt, self.config.pad_id) if cache is None else None
+        x = self.decoder(x, memory, tgt_mask, src_mask, True, None if cache is None else cache.layers)
+        return self.generator(x)  # (B, T, V)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(len(self.decoder.layers))
+
+    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        memory, src_mask = self.encode(src_ids)
+        return self.decode(tgt_ids, memory, src_mask)  # (B, T, V)
+
+
+def build_transformer(preset: str | None = None, **overrides) -> Transformer:
+    """Build the classic Transformer from a named preset (``tiny``, ``small``, ``base``, ``big``) and overrides."""
+    if preset is not None and preset not in PRESETS:
+        raise unknown_name("preset of 'classic'", preset, PRESETS)
+    fields = TransformerConfig.__dataclass_fields__
+    for key in overrides:
+        if key not in fields:
+            raise unknown_name("TransformerConfig field", key, fields)
+    return Transformer(TransformerConfig(**{**PRESETS.get(preset or "base", {}), **overrides}))

@@ -1,0 +1,75 @@
+"""The vocabulary of parts: every module that matters is tagged with one part.
+
+Diffs, parameter counts and FLOP counts are grouped by these tags, so that a variant's story
+("it replaced the attention part") can be checked against the modules it really builds.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from torch import nn
+
+PARTS: tuple[str, ...] = (
+    "embedding",  # token embedding, or a patch/pixel tokenizer
+    "position",  # positional scheme
+    "attention",  # (multi-head) attention and its kernel
+    "ffn",  # position-wise feed-forward network
+    "norm",  # normalisation layers
+    "stacking",  # depth, hierarchy, merging/expanding, skips, encoder-decoder topology
+    "head",  # output projection / classifier
+    "decoding",  # generation procedure
+    "objective",  # losses and auxiliary losses
+)
+
+_ATTR = "zoo_part"
+
+
+def check_part(part: str) -> str:
+    """Return ``part`` if it is a known part name, else raise a ValueError with a suggestion."""
+    if part not in PARTS:
+        from core.errors import unknown_name
+
+        raise unknown_name("part", part, PARTS)
+    return part
+
+
+def tag(module: nn.Module, part: str) -> nn.Module:
+    """Tag ``module`` (and, by inheritance, its untagged children) with ``part``; returns the module."""
+    setattr(module, _ATTR, check_part(part))
+    return module
+
+
+def part_of(module: nn.Module) -> str | None:
+    """The part a module is tagged with (instance tag first, then a class-level ``zoo_part``)."""
+    return getattr(module, _ATTR, None)
+
+
+def module_parts(model: nn.Module) -> dict[str, str]:
+    """Map every module name to the part of its nearest tagged ancestor (``"stacking"`` if none).
+
+    Untagged containers (``nn.ModuleList``, the model itself) belong to ``stacking``: they are the
+    wiring that decides depth and topology.
+    """
+    owner: dict[str, str] = {}
+    for name, module in model.named_modules():
+        own = part_of(module)
+        if own is not None:
+            owner[name] = own
+            continue
+        parent = name.rpartition(".")[0] if name else None
+        owner[name] = owner.get(parent, "stacking") if parent is not None else "stacking"
+    return owner
+
+
+def parameters_by_part(model: nn.Module) -> OrderedDict[str, int]:
+    """Exact parameter count per part; the values sum to ``sum(p.numel() for p in model.parameters())``.
+
+    Shared (tied) parameters are counted once, under the first module that owns them.
+    """
+    owner = module_parts(model)
+    counts: OrderedDict[str, int] = OrderedDict((p, 0) for p in PARTS)
+    for name, param in model.named_parameters():  # named_parameters() already skips duplicates
+        module_name = name.rpartition(".")[0]
+        counts[owner.get(module_name, "stacking")] += param.numel()
+    return counts

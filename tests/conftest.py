@@ -1,0 +1,41 @@
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def copy_batch(generator: torch.Generator, batch: int = 32, vocab: int = 16):
+    """Random sequences of 1-6 tokens from [3, vocab); the target is the source itself (copy task)."""
+    lengths = torch.randint(1, 7, (batch,), generator=generator)
+    src = torch.zeros(batch, 6, dtype=torch.long)
+    tgt = torch.zeros(batch, 8, dtype=torch.long)
+    for i, n in enumerate(lengths.tolist()):
+        seq = torch.randint(3, vocab, (n,), generator=generator)
+        src[i, :n] = seq
+        tgt[i, 0] = 1  # BOS
+        tgt[i, 1 : n + 1] = seq
+        tgt[i, n + 1] = 2  # EOS
+    return src, tgt
+
+
+@pytest.fixture(scope="session")
+def copy_model():
+    """A tiny classic Transformer trained for a few hundred steps to copy its input (about 10 s)."""
+    from core.loss import LabelSmoothedCrossEntropy
+    from core.model import build_transformer
+
+    torch.manual_seed(0)
+    model = build_transformer("tiny", src_vocab=16, d_model=32, heads=4, d_ff=64)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    loss_fn = LabelSmoothedCrossEntropy(0.0)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(400):
+        src, tgt = copy_batch(gen)
+        loss = loss_fn(model(src, tgt[:, :-1]), tgt[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()

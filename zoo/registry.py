@@ -1,0 +1,104 @@
+"""The variant registry: every variant says what it is, where it comes from, and what it changed.
+
+A variant is a *patch* on the classic Transformer. It registers its name, its paper, the tasks it runs
+on, its config dataclass with named presets, a builder, and its declared changes: for each part of the
+classic design it touched, the classic choice, its own choice, the flaw it addresses, and whether the
+change is general or specific to a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from torch import nn
+
+from core.errors import unknown_name
+from core.parts import check_part
+
+SCOPES = ("general", "task-specific")
+
+
+@dataclass(frozen=True)
+class Paper:
+    title: str
+    year: int
+    url: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """One changed part: what the classic model did, what the variant does, and why."""
+
+    part: str
+    classic: str
+    variant: str
+    flaw: str
+    scope: str = "general"
+
+    def __post_init__(self) -> None:
+        check_part(self.part)
+        if self.scope not in SCOPES:
+            raise unknown_name("scope", self.scope, SCOPES)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A registered variant. ``build(config)`` returns the model; ``presets`` name config overrides."""
+
+    name: str
+    paper: Paper
+    tasks: tuple[str, ...]
+    config_class: type
+    presets: dict[str, dict[str, Any]]
+    build: Callable[[Any], nn.Module]
+    changes: tuple[Change, ...] = ()
+    default_preset: str = "small"
+    summary: str = ""
+    base_overrides: dict[str, Any] = field(default_factory=dict)
+
+    def config(self, preset: str | None = None, **overrides: Any) -> Any:
+        """The validated config of ``preset`` (default: ``default_preset``) with ``overrides`` applied."""
+        preset = self.default_preset if preset is None else preset
+        if preset not in self.presets:
+            raise unknown_name(f"preset of variant {self.name!r}", preset, self.presets)
+        known = {f.name for f in fields(self.config_class)}
+        for key in overrides:
+            if key not in known:
+                raise unknown_name(f"config field of {self.name!r} ({self.config_class.__name__})", key, known)
+        return self.config_class(**{**self.presets[preset], **self.base_overrides, **overrides})
+
+    @property
+    def parts_changed(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.part for c in self.changes))
+
+
+_REGISTRY: dict[str, Variant] = {}
+
+
+def register(variant: Variant) -> Variant:
+    if variant.name in _REGISTRY:
+        raise ValueError(f"variant {variant.name!r} is already registered")
+    _REGISTRY[variant.name] = variant
+    return variant
+
+
+def get_variant(name: str) -> Variant:
+    """The registered variant called ``name``; unknown names get a "did you mean" error."""
+    if not isinstance(name, str):
+        raise TypeError(f"variant name must be a str, got {type(name).__name__}")
+    if name not in _REGISTRY:
+        raise unknown_name("variant", name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def list_variants(task: str | None = None) -> list[str]:
+    """Names of the registered variants (those that run on ``task``, if given), in registration order."""
+    return [n for n, v in _REGISTRY.items() if task is None or task in v.tasks]
+
+
+def create(name: str, preset: str | None = None, **overrides: Any) -> nn.Module:
+    """Build variant ``name`` from ``preset`` with config ``overrides``: ``create("classic", preset="tiny")``."""
+    variant = get_variant(name)
+    return variant.build(variant.config(preset, **overrides))
