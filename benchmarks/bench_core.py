@@ -77,6 +77,7 @@ class Row:
     peer: float
     unit: str
     target: float | None
+    spread: float | None = None  # the larger relative interquartile range of the two sample sets
 
     @property
     def ratio(self) -> float:
@@ -86,17 +87,18 @@ class Row:
         target = "-" if self.target is None else f"<={self.target:.2f}"
         mark = "info" if self.target is None else ("PASS" if self.ratio <= self.target else "MISS")
         ours, peer = f"{self.ours:9.1f} {self.unit}", f"{self.peer:9.1f} {self.unit}"
-        return f"{self.name:<52} {ours:>12} {peer:>12} {self.ratio:>9.3f} {target:>7} {mark:>5}"
+        spread = "-" if self.spread is None else f"{100 * self.spread:.0f}%"
+        return f"{self.name:<52} {ours:>12} {peer:>12} {self.ratio:>9.3f} {target:>7} {mark:>5} {spread:>5}"
 
 
-HEADER = f"{'benchmark':<52} {'ours':>12} {'peer':>12} {'ours/peer':>9} {'target':>7} {'mark':>5}"
+HEADER = f"{'benchmark':<52} {'ours':>12} {'peer':>12} {'ours/peer':>9} {'target':>7} {'mark':>5} {'IQR':>5}"
 
 
 # ----------------------------------------------------------------------------------------- timing
 
 
-def time_pair(ours: Step, peer: Step, warmup: int, rounds: int) -> tuple[float, float]:
-    """Median milliseconds of ``ours`` and ``peer``, run alternately (order flipped every round)."""
+def time_pair(ours: Step, peer: Step, warmup: int, rounds: int) -> tuple[list[float], list[float]]:
+    """Milliseconds per call of ``ours`` and ``peer``, run alternately (order flipped every round)."""
     for _ in range(warmup):
         ours()
         peer()
@@ -106,8 +108,21 @@ def time_pair(ours: Step, peer: Step, warmup: int, rounds: int) -> tuple[float, 
         for i in (0, 1) if r % 2 == 0 else (1, 0):
             start = time.perf_counter()
             steps[i]()
-            times[i].append(time.perf_counter() - start)
-    return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
+            times[i].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def relative_iqr(samples: list[float]) -> float:
+    """Interquartile range over median: how noisy one set of timings is."""
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return (q3 - q1) / median
+
+
+def timed_row(name: str, samples: tuple[list[float], list[float]], target: float) -> Row:
+    """A table row from the timings of ours and the peer: medians, their ratio, the noise."""
+    ours, peer = samples
+    spread = max(relative_iqr(ours), relative_iqr(peer))
+    return Row(name, statistics.median(ours), statistics.median(peer), "ms", target, spread)
 
 
 def train_step(loss_fn: Callable[[], Tensor], module: nn.Module, inputs: tuple[Tensor, ...] = ()) -> Step:
@@ -172,8 +187,8 @@ def bench_mha(warmup: int, rounds: int) -> tuple[Row, float]:
     diff = (ours(x) - ref(x, x, x, need_weights=False)[0]).abs().max().item()
     step_ours = train_step(lambda: ours(x).sum(), ours, (x,))
     step_peer = train_step(lambda: ref(x, x, x, need_weights=False)[0].sum(), ref, (x,))
-    ms = time_pair(step_ours, step_peer, warmup, rounds)
-    return Row("mha fwd+bwd B8 N256 d512 h8", *ms, "ms", 1.05), diff
+    samples = time_pair(step_ours, step_peer, warmup, rounds)
+    return timed_row("mha fwd+bwd B8 N256 d512 h8", samples, 1.05), diff
 
 
 # ------------------------------------------------------------------------- 2. encoder–decoder stacks
@@ -224,16 +239,12 @@ def bench_stack(key: str, warmup: int, rounds: int) -> tuple[Row, float]:
     src, tgt = torch.randn(16, 64, size["d_model"]), torch.randn(16, 64, size["d_model"])
     ours_out, ref_out = stack_losses(ours, ref, src, tgt)
     diff = eval_diff(ours, ref, ours_out, ref_out)
-    ms = time_pair(
-        train_step(lambda: ours_out().mean(), ours), train_step(lambda: ref_out().mean(), ref), warmup, rounds
-    )
+    steps = train_step(lambda: ours_out().mean(), ours), train_step(lambda: ref_out().mean(), ref)
     name = f"stack ({key}) fwd+bwd d{size['d_model']} {size['layers']}+{size['layers']}L 16x64"
-    return Row(name, *ms, "ms", 1.05), diff
+    return timed_row(name, time_pair(*steps, warmup, rounds), 1.05), diff
 
 
-def eval_diff(
-    ours: nn.Module, ref: nn.Module, ours_out: Callable[[], Tensor], ref_out: Callable[[], Tensor]
-) -> float:
+def eval_diff(ours: nn.Module, ref: nn.Module, ours_out: Callable[[], Tensor], ref_out: Callable[[], Tensor]) -> float:
     """Max |ours - peer| with dropout off (checks that both really do the same math)."""
     ours.eval()
     ref.eval()
@@ -289,9 +300,9 @@ def bench_model(key: str, warmup: int, rounds: int) -> tuple[Row, float]:
     def loss(model: nn.Module) -> Callable[[], Tensor]:
         return lambda: F.cross_entropy(model(src, tgt).flatten(0, 1), labels.flatten())
 
-    ms = time_pair(train_step(loss(ours), ours), train_step(loss(peer), peer), warmup, rounds)
+    samples = time_pair(train_step(loss(ours), ours), train_step(loss(peer), peer), warmup, rounds)
     name = f"model ({key}) fwd+bwd+CE V{VOCAB} d{size['d_model']} 16x64"
-    return Row(name, *ms, "ms", 1.05), diff
+    return timed_row(name, samples, 1.05), diff
 
 
 # ------------------------------------------------------------------------------------- 3. peak memory
@@ -368,25 +379,37 @@ def print_row(row: Row, note: str = "") -> Row:
     return row
 
 
-def run_all(args: argparse.Namespace) -> list[Row]:
-    """Run every benchmark, printing each row as soon as it is measured."""
-    rounds = args.rounds or (7 if args.quick else 15)
-    warmup = 2 if args.quick else 3
+def print_preamble(warmup: int, rounds: int) -> None:
     print(
         f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads "
         f"(os.cpu_count {os.cpu_count()}), float32 CPU, {warmup} warm-up + {rounds} rounds, medians"
     )
     print(
         "stacks: peer = nn.Transformer with encoder.norm/decoder.norm = Identity (ours Post-LN has none);"
-        " dropout 0.1 incl. attention weights\n"
+        " dropout 0.1 incl. attention weights"
     )
+    print("IQR: the larger interquartile range / median of the two timings (noise); memory: peak RSS growth\n")
     print(HEADER + "\n" + "-" * len(HEADER))
+
+
+def run_all(args: argparse.Namespace) -> list[Row]:
+    """Run every benchmark, printing each row as soon as it is measured."""
+    rounds = args.rounds or (7 if args.quick else 15)
+    warmup = 2 if args.quick else 3
+    print_preamble(warmup, rounds)
     rows = [print_row(*_with_diff(bench_mha(warmup, rounds)))]
     for key in ("a",) if args.quick else ("a", "b"):
         rows.append(print_row(*_with_diff(bench_stack(key, warmup, rounds))))
         rows.append(print_row(*_with_diff(bench_model(key, warmup, rounds))))
     rows += [print_row(row) for row in bench_memory(1, 2048, args.threads, 1 if args.quick else 3)]
     return rows
+
+
+def check_load(threads: int) -> None:
+    """Warn when other processes compete for the CPUs: then every timing is noisy, whoever is measured."""
+    load = os.getloadavg()[0]
+    if load > threads + 0.5:
+        print(f"WARNING: 1-min load average {load:.1f} > {threads} threads: other processes share the CPUs")
 
 
 def _with_diff(result: tuple[Row, float]) -> tuple[Row, str]:
@@ -404,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     rows = run_all(args)
+    check_load(torch.get_num_threads() + 1)  # + 1: this process itself, which just left the CPUs
     misses = [row.name for row in rows if row.target is not None and row.ratio > row.target]
     listed = ": " + "; ".join(misses) if misses else ""
     targets = sum(row.target is not None for row in rows)

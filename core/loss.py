@@ -9,7 +9,7 @@ from core.errors import check_probability
 
 
 class LabelSmoothedCrossEntropy(nn.Module):
-    """Mean cross-entropy over non-pad target tokens, with label smoothing ``smoothing``.
+    """Cross-entropy over non-pad target tokens (mean, or sum with ``reduction="sum"``), label-smoothed.
 
     This is ``F.cross_entropy(..., label_smoothing=ε, ignore_index=pad_id)``: the target distribution
     puts 1 − ε on the right token and spreads ε uniformly over the whole vocabulary.
@@ -19,10 +19,12 @@ class LabelSmoothedCrossEntropy(nn.Module):
 
     zoo_part = "objective"
 
-    def __init__(self, smoothing: float = 0.1, pad_id: int = 0) -> None:
+    def __init__(self, smoothing: float = 0.1, pad_id: int = 0, reduction: str = "mean") -> None:
         super().__init__()
         check_probability("smoothing", smoothing)
-        self.smoothing, self.pad_id = smoothing, pad_id
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+        self.smoothing, self.pad_id, self.reduction = smoothing, pad_id, reduction
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
         if logits.shape[:-1] != target.shape:
@@ -32,4 +34,5 @@ class LabelSmoothedCrossEntropy(nn.Module):
             target.flatten(),
             ignore_index=self.pad_id,
             label_smoothing=self.smoothing,
+            reduction=self.reduction,
         )

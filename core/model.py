@@ -87,6 +87,7 @@ class TransformerConfig:
 
 PRESETS: dict[str, dict] = {
     "tiny": dict(src_vocab=64, d_model=32, heads=4, encoder_layers=2, decoder_layers=2, d_ff=64, dropout=0.0),
+    "mini": dict(src_vocab=8000, d_model=128, heads=4, encoder_layers=2, decoder_layers=2, d_ff=512),
     "small": dict(src_vocab=8000, d_model=256, heads=4, encoder_layers=3, decoder_layers=3, d_ff=1024),
     "base": dict(),
     "big": dict(d_model=1024, heads=16, d_ff=4096, dropout=0.3),

@@ -1,0 +1,109 @@
+"""Run configuration: one dataclass per task, every field overridable from the command line.
+
+:class:`TrainConfig` holds what every task shares; a task subclasses it with its own fields. The ``zoo``
+command derives its flags from the dataclass fields (``batch_size`` -> ``--batch-size``), so a new field
+is a new flag with no extra code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from core.errors import check_positive
+
+# Fields that may differ between a checkpoint and the run that resumes it.
+RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads"})
+
+
+@dataclass
+class TrainConfig:
+    """Fields shared by every task runner."""
+
+    task: str = ""
+    variant: str = "classic"
+    preset: str | None = None  # None: the variant's default preset
+    data: str | None = None  # a real dataset's folder; None: the embedded default data
+    out: str | None = None  # output folder; None: runs/<task>-<variant>
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup: int = 100  # optimizer steps of learning-rate warm-up
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    accumulate: int = 1  # micro-batches per optimizer step
+    seed: int = 0
+    device: str = "auto"  # auto (CUDA, then CPU), cpu, cuda, cuda:1, ...
+    deterministic: bool = True  # deterministic algorithms (CPU runs are then bit-for-bit repeatable)
+    num_threads: int = 0  # CPU threads for torch; 0 keeps torch's default
+    resume: bool = False
+    progress: bool = True  # progress bars
+
+    def __post_init__(self) -> None:
+        check_positive("epochs", self.epochs)
+        check_positive("batch_size", self.batch_size)
+        check_positive("accumulate", self.accumulate)
+        check_positive("warmup", self.warmup, allow_zero=True)
+        check_positive("num_threads", self.num_threads, allow_zero=True)
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.grad_clip < 0:
+            raise ValueError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("runs") / f"{self.task}-{self.variant}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config_class: type, skip: tuple[str, ...] = ()) -> None:
+    """Add one ``--flag`` per dataclass field; defaults stay ``None`` so only given flags override."""
+    hints = typing.get_type_hints(config_class)
+    for field in fields(config_class):
+        if field.name in skip or not field.init:
+            continue
+        kind = hints[field.name]
+        args = typing.get_args(kind)
+        base = next((a for a in args if a is not type(None)), kind) if args else kind
+        default = field.default if field.default is not dataclasses.MISSING else None
+        if base is bool:
+            parser.add_argument(_flag(field.name), type=_parse_bool, nargs="?", const=True, default=None,
+                                metavar="BOOL", help=f"(default: {default})")
+        else:
+            parser.add_argument(_flag(field.name), type=base, default=None, help=f"(default: {default})")
+
+
+def config_from_args(config_class: type, args: argparse.Namespace, **fixed: Any) -> Any:
+    """Build ``config_class`` from the flags that were given, plus ``fixed`` values."""
+    names = {f.name for f in fields(config_class)}
+    given = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    return config_class(**{**given, **fixed})
+
+
+def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Fields (outside :data:`RESUMABLE_CHANGES`) whose values differ: name -> (saved, current)."""
+    keys = (set(saved) | set(current)) - RESUMABLE_CHANGES
+    return {k: (saved.get(k), current.get(k)) for k in sorted(keys) if saved.get(k) != current.get(k)}

@@ -1,0 +1,67 @@
+"""The interface between a task (data, model, loss, metrics) and the shared training loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tasks.config import TrainConfig
+from tasks.distributed import DistInfo
+
+
+class Task:
+    """A task runner plugs into :class:`tasks.trainer.Trainer` by implementing these hooks.
+
+    Batches are described by *rows* (e.g. example indices): ``train_batches`` must return the same
+    global batches on every rank for a given epoch, so that distributed ranks can each take a shard.
+    """
+
+    name: str = ""
+    config_class: type[TrainConfig] = TrainConfig
+    main_metric: str = ""
+    higher_is_better: bool = True
+
+    def __init__(self, config: TrainConfig, device: torch.device, dist: DistInfo) -> None:
+        self.config, self.device, self.dist = config, device, dist
+
+    # --- setup ---------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Load or generate the data and whatever the model depends on (tokenizer, classes...)."""
+
+    def build_model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        c = self.config
+        return torch.optim.AdamW(model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
+        raise NotImplementedError
+
+    # --- training ------------------------------------------------------------------------------
+    def train_batches(self, epoch: int) -> list[Sequence[Any]]:
+        """The global batches of ``epoch`` (deterministic from the seed and the epoch)."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, rows: Sequence[Any]) -> tuple[Tensor, float]:
+        """Summed loss over the rows' items and the number of items (tokens, images, pixels)."""
+        raise NotImplementedError
+
+    # --- evaluation ----------------------------------------------------------------------------
+    def evaluate(self, model: nn.Module, split: str) -> list[Any]:
+        """Per-example records for this rank's shard of ``split`` (gathered across ranks by the loop)."""
+        raise NotImplementedError
+
+    def score(self, records: list[Any], split: str) -> dict[str, float]:
+        """Metrics from all records of a split; must contain ``main_metric``."""
+        raise NotImplementedError
+
+    def final_report(self, model: nn.Module, out_dir) -> tuple[dict[str, Any], str]:
+        """Test-time evaluation after training: (metrics, markdown section for report.md)."""
+        return {}, ""
+
+    def save_artifacts(self, out_dir) -> None:
+        """Files the run needs besides the checkpoint (a tokenizer, class names...)."""

@@ -1,0 +1,260 @@
+"""The shared training loop of every task runner.
+
+It owns what is the same for all tasks: device choice, seeds and determinism, bf16 autocast on CUDA,
+gradient accumulation and clipping, progress bars, evaluation each epoch, checkpoints (atomic, resumable
+bit for bit), Ctrl-C and non-finite-loss handling, ``torchrun`` scale-out, and the run's output files:
+``config.json``, ``metrics.jsonl``, ``metrics.json``, ``report.md``, ``curves.png``, ``checkpoints/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from tasks.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from tasks.distributed import all_reduce_sum, gather_records, init_distributed, shard
+from tasks.report import plot_curves, write_report
+from tasks.task import Task
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
+
+
+def select_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when available, else CPU; otherwise the named device, validated."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was requested but CUDA is not available here; use --device cpu")
+    return device
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+class Trainer:
+    """Runs ``task`` to completion: ``Trainer(task_class, config).fit()`` returns the final metrics."""
+
+    def __init__(self, task_class: type[Task], config) -> None:
+        self.config = config
+        self.device = select_device(config.device)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        seed_everything(config.seed, config.deterministic)
+        self.dist = init_distributed(self.device)
+        if self.dist.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self.task = task_class(config, self.device, self.dist)
+        self.out = config.out_dir
+        self.ckpt_dir = self.out / "checkpoints"
+        self.history: list[dict[str, Any]] = []
+
+    # --- helpers ---------------------------------------------------------------------------------
+    @property
+    def main(self) -> bool:
+        return self.dist.is_main
+
+    def _autocast(self):
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _state(self, epoch: int, batch_in_epoch: int, step: int, rng: dict, best: float | None) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng,
+            "epoch": epoch,
+            "batch_in_epoch": batch_in_epoch,
+            "step": step,
+            "best": best,
+            "history": self.history,
+            "config": self.config.to_dict(),
+            "task": self.task.name,
+        }
+
+    def _save(self, name: str, state: dict) -> None:
+        if self.main:
+            save_checkpoint(self.ckpt_dir / name, state)
+
+    def _is_better(self, value: float, best: float | None) -> bool:
+        if best is None:
+            return True
+        return value > best if self.task.higher_is_better else value < best
+
+    # --- the loop --------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        c, task = self.config, self.task
+        task.setup()
+        self.model = task.build_model().to(self.device)
+        self.optimizer = task.make_optimizer(self.model)
+        steps_per_epoch = math.ceil(len(task.train_batches(0)) / c.accumulate)
+        self.scheduler = task.make_scheduler(self.optimizer, steps_per_epoch * c.epochs)
+        self.scaler = torch.amp.GradScaler(enabled=False)  # bf16 needs no loss scaling; kept for fp16 users
+        wrapped = DistributedDataParallel(self.model) if self.dist.enabled else self.model
+
+        epoch, batch_in_epoch, step, best = 0, 0, 0, None
+        last = self.ckpt_dir / "last.pt"
+        if c.resume:
+            state = load_checkpoint(last, c.to_dict())
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.scaler.load_state_dict(state["scaler"])
+            set_rng_state(state["rng"])
+            epoch, batch_in_epoch, step = state["epoch"], state["batch_in_epoch"], state["step"]
+            best, self.history = state["best"], list(state["history"])
+            log.info("resumed from %s at epoch %d, step %d", last, epoch + 1, step)
+        elif last.exists():
+            raise ValueError(
+                f"{self.out} already holds a checkpoint ({last}); pass --resume to continue it, "
+                "or choose another --out folder"
+            )
+        if self.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            c.save(self.out / "config.json")
+            task.save_artifacts(self.out)
+
+        start = time.perf_counter()
+        try:
+            while epoch < c.epochs:
+                step, train_loss = self._train_epoch(wrapped, epoch, batch_in_epoch, step, best)
+                row = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
+                       "lr": self.optimizer.param_groups[0]["lr"], **self._evaluate("valid")}
+                row["elapsed_s"] = time.perf_counter() - start
+                self.history.append(row)
+                epoch, batch_in_epoch = epoch + 1, 0
+                value = row[task.main_metric]
+                improved = self._is_better(value, best)
+                best = value if improved else best
+                state = self._state(epoch, 0, step, rng_state(), best)
+                self._save("last.pt", state)
+                if improved:
+                    self._save("best.pt", state)
+                if self.main:
+                    with (self.out / "metrics.jsonl").open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    log.info(_epoch_line(row, task.main_metric))
+        except KeyboardInterrupt:
+            log.warning("interrupted: checkpoint saved to %s; continue with --resume", last)
+            raise
+        return self._finish(best, time.perf_counter() - start)
+
+    def _train_epoch(self, wrapped: nn.Module, epoch: int, skip: int, step: int, best) -> tuple[int, float]:
+        c, task = self.config, self.task
+        self.model.train()
+        batches = task.train_batches(epoch)
+        groups = [batches[i : i + c.accumulate] for i in range(0, len(batches), c.accumulate)]
+        done_groups = skip
+        bar = tqdm(groups[skip:], desc=f"epoch {epoch + 1}/{c.epochs}", disable=not (c.progress and self.main),
+                   leave=False, dynamic_ncols=True)
+        loss_sum = items_sum = 0.0
+        tic = time.perf_counter()
+        for group in bar:
+            rng = rng_state()  # where this step starts: Ctrl-C mid-step resumes exactly from here
+            try:
+                group_loss, group_items = self._train_step(wrapped, group)
+            except KeyboardInterrupt:
+                self._save("last.pt", self._state(epoch, done_groups, step, rng, best))
+                raise
+            done_groups, step = done_groups + 1, step + 1
+            loss_sum, items_sum = loss_sum + group_loss, items_sum + group_items
+            bar.set_postfix(loss=f"{group_loss / max(group_items, 1):.3f}",
+                            lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
+                            items_s=f"{items_sum / (time.perf_counter() - tic):.0f}")
+        loss_sum, items_sum = all_reduce_sum([loss_sum, items_sum], self.dist, self.device)
+        return step, loss_sum / max(items_sum, 1.0)
+
+    def _train_step(self, wrapped: nn.Module, group: list) -> tuple[float, float]:
+        """One optimizer step over ``group`` micro-batches; the gradient is the mean over all items."""
+        c = self.config
+        total_loss, total_items = 0.0, 0.0
+        for i, rows in enumerate(group):
+            sync = i == len(group) - 1 or not self.dist.enabled
+            with (nullcontext() if sync else wrapped.no_sync()), self._autocast():
+                loss, items = self.task.loss(wrapped, shard(list(rows), self.dist))
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(
+                    f"the training loss became {loss.item()} at step {self.optimizer_steps_done() + 1}; "
+                    f"the last good checkpoint is {self.ckpt_dir / 'last.pt'}. Lower --lr, raise --warmup, "
+                    "or enable --grad-clip"
+                )
+            loss.backward()
+            total_loss, total_items = total_loss + loss.item(), total_items + items
+        # Gradients hold Σ loss; DDP averaged them over ranks. Divide by the global item count.
+        global_items = all_reduce_sum([total_items], self.dist, self.device)[0]
+        scale = self.dist.world / max(global_items, 1.0)
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        if c.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total_loss, total_items
+
+    def optimizer_steps_done(self) -> int:
+        return int(getattr(self.scheduler, "last_epoch", 0))
+
+    @torch.no_grad()
+    def _evaluate(self, split: str) -> dict[str, float]:
+        self.model.eval()
+        records = gather_records(self.task.evaluate(self.model, split), self.dist)
+        self.model.train()
+        return self.task.score(records, split)
+
+    def _finish(self, best: float | None, seconds: float) -> dict[str, Any]:
+        """Evaluate the best checkpoint on the test data, write metrics.json, report.md, curves.png."""
+        best_path = self.ckpt_dir / "best.pt"
+        if best_path.exists():
+            self.model.load_state_dict(load_checkpoint(best_path)["model"])
+        self.model.eval()
+        final, section = self.task.final_report(self.model, self.out)
+        summary = {
+            "task": self.task.name,
+            "variant": self.config.variant,
+            "epochs": len(self.history),
+            "best_valid": best,
+            "main_metric": self.task.main_metric,
+            "train_seconds": seconds,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "final": final,
+            "history": self.history,
+        }
+        if self.main:
+            (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+            plot_curves(self.history, self.task.main_metric, self.out / "curves.png")
+            write_report(self.out / "report.md", self.config, summary, section)
+        return summary
+
+
+def _epoch_line(row: dict[str, Any], main_metric: str) -> str:
+    metrics = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k not in ("epoch", "step", "lr", "elapsed_s"))
+    return f"epoch {row['epoch']}: {metrics} ({row['elapsed_s']:.0f} s)"
