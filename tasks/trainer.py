@@ -14,7 +14,6 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -87,9 +87,8 @@ class TranslationTask(Task):
         tok = self.tokenizer
         self.train_src = tok.encode_batch([s for s, _ in train])
         self.train_tgt = tok.encode_batch([t for _, t in train])
-        self.train_rows = [
-            i for i in range(len(train)) if 0 < len(self.train_src[i]) < c.max_len and len(self.train_tgt[i]) < c.max_len
-        ]
+        lengths = zip(self.train_src, self.train_tgt)
+        self.train_rows = [i for i, (s, t) in enumerate(lengths) if 0 < len(s) < c.max_len and len(t) < c.max_len]
 
     def build_model(self) -> nn.Module:
         c: TranslationConfig = self.config
