@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # core.model is imported where used: it pulls in torchvision 
 
 Step = Callable[[], None]
 VOCAB, PAD = 8000, 0
+NOISY = 0.10  # relative IQR above which a timing is flagged as noisy
 STACKS = {
     "a": dict(d_model=256, heads=4, layers=3, d_ff=1024),
     "b": dict(d_model=512, heads=8, layers=6, d_ff=2048),
@@ -428,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     rows = run_all(args)
     check_load(torch.get_num_threads() + 1)  # + 1: this process itself, which just left the CPUs
+    noisy = [row.name for row in rows if row.spread is not None and row.spread > NOISY]
+    if noisy:
+        print(f"NOTE: IQR > {NOISY:.0%} (noisy timings, rerun on a quiet machine): {'; '.join(noisy)}")
     misses = [row.name for row in rows if row.target is not None and row.ratio > row.target]
     listed = ": " + "; ".join(misses) if misses else ""
     targets = sum(row.target is not None for row in rows)
