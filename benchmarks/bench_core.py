@@ -25,7 +25,8 @@ What is measured (float32, CPU, train mode, identical weights copied from the pe
    ``ScaledDotProductAttention`` kernel vs ``F.scaled_dot_product_attention`` called directly
    (target ours/SDPA <= 1.2), and our ``ReferenceAttention`` (builds the N×N matrix) for contrast.
    Each measurement runs in a fresh subprocess of this script: after a tiny warm-up call it resets
-   the peak-RSS mark (``/proc/self/clear_refs``), runs once, and reports VmHWM − VmRSS-before.
+   the peak-RSS mark (``/proc/self/clear_refs``), runs once, and reports VmHWM − VmRSS-before
+   (Linux only). ``core.model`` is imported lazily so that these subprocesses start fast.
 
 Timing: warm-up iterations, then R rounds alternating ours/peer (the order flips every round), each
 call timed with ``time.perf_counter``; the table shows median ms and the ratio of the medians, with

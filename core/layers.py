@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from torch import Tensor, nn
-from torchvision.ops import StochasticDepth
 
 from core.errors import check_probability
 from core.multihead import KVCache
@@ -47,7 +46,11 @@ class ResidualLayer(nn.Module):
         check_probability("drop_path", drop_path)
         self.norm_first = norm_first
         self.dropout = nn.Dropout(dropout)
-        self.drop_path = StochasticDepth(drop_path, mode="row") if drop_path > 0 else nn.Identity()
+        self.drop_path = nn.Identity()
+        if drop_path > 0:
+            from torchvision.ops import StochasticDepth  # imported only when used: torchvision is slow to import
+
+            self.drop_path = StochasticDepth(drop_path, mode="row")
 
     def residual(self, x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.norm_first:

@@ -12,28 +12,67 @@ import sys
 from collections.abc import Sequence
 
 
-def _cmd_list(args: argparse.Namespace) -> int:
+def variant_rows(task: str | None = None) -> list[dict]:
+    """One row per registered variant: paper, parts changed, tasks, parameters per preset."""
+    import torch
+
     import zoo
 
     rows = []
-    for name in zoo.list_variants(args.task):
+    for name in zoo.list_variants(task):
         variant = zoo.get_variant(name)
-        rows.append(
-            {
-                "name": name,
-                "paper": f"{variant.paper.title} ({variant.paper.year})",
-                "parts_changed": list(variant.parts_changed),
-                "tasks": list(variant.tasks),
-                "summary": variant.summary,
-            }
-        )
+        params = {}
+        for preset in variant.presets:
+            with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+                model = variant.build(variant.config(preset))
+            params[preset] = sum(p.numel() for p in model.parameters())
+        rows.append({
+            "name": name,
+            "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
+            "parts_changed": list(variant.parts_changed),
+            "tasks": list(variant.tasks),
+            "parameters": params,
+            "summary": variant.summary,
+        })
+    return rows
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
+
+
+def variants_markdown(rows: list[dict]) -> str:
+    lines = ["| variant | paper | parts changed | tasks | parameters per preset |", "|---|---|---|---|---|"]
+    for r in rows:
+        paper = f"[{r['paper']['title']}]({r['paper']['url']}) ({r['paper']['year']})"
+        params = ", ".join(f"{k} {_millions(v)}" for k, v in r["parameters"].items())
+        lines.append(f"| `{r['name']}` | {paper} | {', '.join(r['parts_changed']) or '(the base)'} "
+                     f"| {', '.join(r['tasks'])} | {params} |")
+    return "\n".join(lines)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    rows = variant_rows(args.task)
     if args.format == "json":
         print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{'variant':<14} {'parts changed':<22} {'tasks':<24} paper")
-    for row in rows:
-        parts = ", ".join(row["parts_changed"]) or "(the base)"
-        print(f"{row['name']:<14} {parts:<22} {', '.join(row['tasks']):<24} {row['paper']}")
+    elif args.format == "md":
+        print(variants_markdown(rows))
+    else:
+        print(f"{'variant':<14} {'parts changed':<22} {'tasks':<24} {'parameters per preset':<48} paper")
+        for r in rows:
+            parts = ", ".join(r["parts_changed"]) or "(the base)"
+            params = ", ".join(f"{k} {_millions(v)}" for k, v in r["parameters"].items())
+            paper = f"{r['paper']['title']} ({r['paper']['year']})"
+            print(f"{r['name']:<14} {parts:<22} {', '.join(r['tasks']):<24} {params:<48} {paper}")
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from zoo.delta import measure
+    from zoo.delta_report import render_markdown
+
+    report = measure(args.variant, args.task, args.preset)
+    print(json.dumps(report, indent=2) if args.format == "json" else render_markdown(report))
     return 0
 
 
@@ -76,8 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list the registered variants")
     p.add_argument("--task", default=None, help="only variants that run on this task")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json", "md"), default="table")
     p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("diff", help="what a variant changed, measured against the classic model")
+    p.add_argument("variant")
+    p.add_argument("--task", default=None, help="task whose input size is measured (default: the variant's first)")
+    p.add_argument("--preset", default=None, help="preset (default: the task's)")
+    p.add_argument("--format", choices=("md", "json"), default="md")
+    p.set_defaults(func=_cmd_diff)
 
     p = sub.add_parser("params", help="exact parameter count per part of a variant")
     p.add_argument("variant", nargs="?", default="classic")

@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import json
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ class TrainConfig:
     num_threads: int = 0  # CPU threads for torch; 0 keeps torch's default
     resume: bool = False
     progress: bool = True  # progress bars
+    model: dict[str, Any] = field(default_factory=dict)  # overrides of the variant's config (--model-set k=v)
 
     def __post_init__(self) -> None:
         check_positive("epochs", self.epochs)
@@ -66,6 +67,32 @@ class TrainConfig:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
 
+def parse_assignments(items: list[str] | None, config_class: type | None = None) -> dict[str, Any]:
+    """Parse ``["d_model=64", "norm_first=true"]`` into a dict, converting values with JSON where possible.
+
+    With ``config_class``, keys are checked against its fields and values converted to the field's type.
+    """
+    hints = typing.get_type_hints(config_class) if config_class is not None else {}
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        key, text = item.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if config_class is not None and key not in hints:
+            from core.errors import unknown_name
+
+            raise unknown_name(f"field of {config_class.__name__}", key, hints)
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        if isinstance(value, str) and hints.get(key) is bool:
+            value = _parse_bool(value)
+        out[key] = value
+    return out
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -82,24 +109,30 @@ def _parse_bool(text: str) -> bool:
 def add_config_arguments(parser: argparse.ArgumentParser, config_class: type, skip: tuple[str, ...] = ()) -> None:
     """Add one ``--flag`` per dataclass field; defaults stay ``None`` so only given flags override."""
     hints = typing.get_type_hints(config_class)
-    for field in fields(config_class):
-        if field.name in skip or not field.init:
+    for spec in fields(config_class):
+        if spec.name in skip or not spec.init:
             continue
-        kind = hints[field.name]
+        if spec.name == "model":
+            parser.add_argument("--model-set", dest="model", action="append", metavar="KEY=VALUE",
+                                help="override a field of the variant's config (repeatable), e.g. d_model=64")
+            continue
+        kind = hints[spec.name]
         args = typing.get_args(kind)
         base = next((a for a in args if a is not type(None)), kind) if args else kind
-        default = field.default if field.default is not dataclasses.MISSING else None
+        default = spec.default if spec.default is not dataclasses.MISSING else None
         if base is bool:
-            parser.add_argument(_flag(field.name), type=_parse_bool, nargs="?", const=True, default=None,
+            parser.add_argument(_flag(spec.name), type=_parse_bool, nargs="?", const=True, default=None,
                                 metavar="BOOL", help=f"(default: {default})")
         else:
-            parser.add_argument(_flag(field.name), type=base, default=None, help=f"(default: {default})")
+            parser.add_argument(_flag(spec.name), type=base, default=None, help=f"(default: {default})")
 
 
 def config_from_args(config_class: type, args: argparse.Namespace, **fixed: Any) -> Any:
     """Build ``config_class`` from the flags that were given, plus ``fixed`` values."""
     names = {f.name for f in fields(config_class)}
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    if "model" in given:
+        given["model"] = parse_assignments(given["model"])
     return config_class(**{**given, **fixed})
 
 

@@ -23,6 +23,9 @@ class Task:
     config_class: type[TrainConfig] = TrainConfig
     main_metric: str = ""
     higher_is_better: bool = True
+    baseline: str = "classic"  # the variant every other is compared with
+    headline: tuple[str, str] = ("test", "")  # (split, metric) in the final results that ranks variants
+    extra_columns: tuple[tuple[str, str, str], ...] = ()  # (split, metric, column title) also shown
 
     def __init__(self, config: TrainConfig, device: torch.device, dist: DistInfo) -> None:
         self.config, self.device, self.dist = config, device, dist
@@ -62,6 +65,10 @@ class Task:
     def final_report(self, model: nn.Module, out_dir) -> tuple[dict[str, Any], str]:
         """Test-time evaluation after training: (metrics, markdown section for report.md)."""
         return {}, ""
+
+    def delta_overrides(self) -> dict[str, Any]:
+        """Config overrides that make the delta analysis measure the model exactly as trained."""
+        return dict(self.config.model)
 
     def save_artifacts(self, out_dir) -> None:
         """Files the run needs besides the checkpoint (a tokenizer, class names...)."""

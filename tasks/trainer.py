@@ -71,6 +71,7 @@ class Trainer:
         self.out = config.out_dir
         self.ckpt_dir = self.out / "checkpoints"
         self.history: list[dict[str, Any]] = []
+        self.items_seen, self.train_seconds = 0.0, 0.0  # for throughput (this process, this session)
 
     # --- helpers ---------------------------------------------------------------------------------
     @property
@@ -188,6 +189,8 @@ class Trainer:
                             lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
                             items_s=f"{items_sum / (time.perf_counter() - tic):.0f}")
         loss_sum, items_sum = all_reduce_sum([loss_sum, items_sum], self.dist, self.device)
+        self.items_seen += items_sum
+        self.train_seconds += time.perf_counter() - tic
         return step, loss_sum / max(items_sum, 1.0)
 
     def _train_step(self, wrapped: nn.Module, group: list) -> tuple[float, float]:
@@ -244,14 +247,29 @@ class Trainer:
             "main_metric": self.task.main_metric,
             "train_seconds": seconds,
             "parameters": sum(p.numel() for p in self.model.parameters()),
+            "items_per_s": self.items_seen / max(self.train_seconds, 1e-9),
             "final": final,
             "history": self.history,
         }
         if self.main:
             (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
             plot_curves(self.history, self.task.main_metric, self.out / "curves.png")
-            write_report(self.out / "report.md", self.config, summary, section)
+            write_report(self.out / "report.md", self.config, summary, section + "\n\n" + self._delta_section())
         return summary
+
+
+    def _delta_section(self) -> str:
+        """The "what changed" analysis of the trained variant, at the size it was trained."""
+        from zoo.delta import measure
+        from zoo.delta_report import render_markdown
+
+        c = self.config
+        try:
+            report = measure(c.variant, self.task.name, c.preset, overrides=self.task.delta_overrides())
+        except Exception as error:  # a reporting failure must not cost the finished training run
+            log.warning("delta analysis failed: %s", error)
+            return f"## What changed\n\nThe delta analysis failed: {error}"
+        return render_markdown(report, heading="##")
 
 
 def _epoch_line(row: dict[str, Any], main_metric: str) -> str:

@@ -1,6 +1,9 @@
 import pytest
 import torch
 
+# Tests use tiny models: one thread is faster, and immune to OpenMP spin-waiting when the machine is busy.
+torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -6,11 +6,22 @@ delta analysis and the task runners treat them like any other variant.
 
 from __future__ import annotations
 
+import torch
+
 from core.model import PRESETS, Transformer, TransformerConfig
 from zoo.registry import Change, Paper, Variant, register
 
 VASWANI = Paper("Attention Is All You Need", 2017, "https://arxiv.org/abs/1706.03762")
 TASKS = ("translation",)
+
+
+def token_inputs(config: TransformerConfig, shape: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random source and target ids of the task's size: ``(B, S)`` and ``(B, T)``."""
+    gen = torch.Generator().manual_seed(0)
+    low = 3  # above the special tokens, so no padding
+    src = torch.randint(low, config.src_vocab, (shape["batch"], shape["src_len"]), generator=gen)
+    tgt = torch.randint(low, config.tgt_vocab, (shape["batch"], shape["tgt_len"]), generator=gen)
+    return src, tgt
 
 
 def _core_variant(name: str, paper: Paper, summary: str, change: Change | None, **overrides) -> Variant:
@@ -26,6 +37,7 @@ def _core_variant(name: str, paper: Paper, summary: str, change: Change | None, 
             default_preset="small",
             summary=summary,
             base_overrides=overrides,
+            example_input=token_inputs,
         )
     )
 
@@ -41,6 +53,7 @@ _core_variant(
         "Post-LN: x = LN(x + Sublayer(x))",
         "Pre-LN: x = x + Sublayer(LN(x)), final LN per stack",
         "Post-LN gradients near the output are large at initialisation, so it needs a careful warm-up",
+        revert={"norm_first": False},
     ),
     norm_first=True,
 )
@@ -53,6 +66,7 @@ _core_variant(
         "fixed sinusoids added to the embeddings",
         "learned absolute embeddings added to the embeddings",
         "fixed frequencies cannot adapt to the data (at the price of no extrapolation past max_len)",
+        revert={"position": "sinusoidal"},
     ),
     position="learned",
 )
@@ -65,6 +79,7 @@ _core_variant(
         "absolute sinusoids added to the embeddings",
         "rotary embedding of q and k in every self-attention",
         "absolute positions make attention depend on where a pair is, not on how far apart it is",
+        revert={"position": "sinusoidal"},
     ),
     position="rope",
 )
@@ -77,6 +92,7 @@ _core_variant(
         "absolute sinusoids added to the embeddings",
         "-m_h·|i - j| added to every self-attention score",
         "sinusoidal models extrapolate poorly to sequences longer than those seen in training",
+        revert={"position": "sinusoidal"},
     ),
     position="alibi",
 )

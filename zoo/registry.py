@@ -27,7 +27,7 @@ class Paper:
     url: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Change:
     """One changed part: what the classic model did, what the variant does, and why."""
 
@@ -36,6 +36,7 @@ class Change:
     variant: str
     flaw: str
     scope: str = "general"
+    revert: dict[str, Any] = field(default_factory=dict)  # config overrides that restore the classic choice
 
     def __post_init__(self) -> None:
         check_part(self.part)
@@ -57,6 +58,8 @@ class Variant:
     default_preset: str = "small"
     summary: str = ""
     base_overrides: dict[str, Any] = field(default_factory=dict)
+    # Dummy inputs of the task's real size, for measuring FLOPs and memory: (config, shape) -> args.
+    example_input: Callable[[Any, dict[str, int]], tuple] | None = None
 
     def config(self, preset: str | None = None, **overrides: Any) -> Any:
         """The validated config of ``preset`` (default: ``default_preset``) with ``overrides`` applied."""
@@ -72,6 +75,13 @@ class Variant:
     @property
     def parts_changed(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c.part for c in self.changes))
+
+    def classic_overrides(self, without: Change | None = None) -> dict[str, Any]:
+        """Config overrides reverting every change (or only ``without``, when given) to the classic choice."""
+        reverts: dict[str, Any] = {}
+        for change in self.changes if without is None else (without,):
+            reverts.update(change.revert)
+        return reverts
 
 
 _REGISTRY: dict[str, Variant] = {}

@@ -67,6 +67,9 @@ class TranslationTask(Task):
     name = "translation"
     config_class = TranslationConfig
     main_metric = "bleu"
+    baseline = "classic"
+    headline = ("test", "greedy_bleu")  # the number `zoo compare` ranks by
+    extra_columns = (("test_long", "greedy_bleu", "long BLEU"),)  # length generalisation
 
     def setup(self) -> None:
         c: TranslationConfig = self.config
@@ -101,8 +104,9 @@ class TranslationTask(Task):
         preset = c.preset or (DEFAULT_PRESET if DEFAULT_PRESET in variant.presets else None)
         tok = self.tokenizer
         longest = max(len(s) for s in self.train_src) + 50
-        config = variant.config(preset, src_vocab=tok.vocab_size, tgt_vocab=None, max_len=max(512, 4 * longest),
-                                pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id)
+        config = variant.config(preset, **{"max_len": max(512, 4 * longest), **c.model, "src_vocab": tok.vocab_size,
+                                           "tgt_vocab": None, "pad_id": tok.pad_id, "bos_id": tok.bos_id,
+                                           "eos_id": tok.eos_id})
         self.model_config = config
         return variant.build(config)
 
@@ -202,6 +206,9 @@ class TranslationTask(Task):
         for split, src, ref, hyp in samples:
             sections += [f"- *{split}*  \n  source: `{src}`  \n  reference: `{ref}`  \n  hypothesis: `{hyp}`"]
         return results, "\n".join(sections)
+
+    def delta_overrides(self) -> dict[str, Any]:
+        return {**self.config.model, "src_vocab": self.tokenizer.vocab_size, "tgt_vocab": None}
 
     def save_artifacts(self, out_dir: Path) -> None:
         self.tokenizer.save(Path(out_dir) / "tokenizer.json")

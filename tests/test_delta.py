@@ -1,0 +1,134 @@
+"""The delta analysis: declared changes match the built models, formulas, JSON schema, errors, README."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import zoo
+from core.model import build_transformer
+from core.parts import PARTS
+from tasks.cli import main, variant_rows, variants_markdown
+from zoo.delta import TASK_SHAPES, flops_by_part, measure, module_flops
+
+
+@pytest.mark.parametrize("name", zoo.list_variants())
+def test_declared_changes_are_exactly_the_measured_ones(name):
+    variant = zoo.get_variant(name)
+    for task in variant.tasks:
+        report = measure(name, task, memory=False)
+        measured = {p["part"] for p in report["parts"] if p["measured_change"]}
+        assert measured == set(variant.parts_changed), (task, report["parts"])
+
+
+@pytest.mark.parametrize("name", zoo.list_variants())
+def test_each_change_reverts_to_the_classic_choice(name):
+    variant = zoo.get_variant(name)
+    for change in variant.changes:
+        assert change.revert, f"{name}: change of {change.part} has no revert"
+        reverted = variant.config(None, **change.revert)
+        classic = variant.config(None, **variant.classic_overrides())
+        assert all(getattr(reverted, k) == getattr(classic, k) for k in change.revert)
+
+
+def test_classic_layer_parameters_and_flops_match_hand_formulas():
+    d, d_ff, heads, vocab = 32, 64, 4, 64
+    model = build_transformer("tiny", encoder_layers=1, decoder_layers=1)
+    S = T = 10
+    src, tgt = zoo.get_variant("classic").example_input(model.config, {"batch": 1, "src_len": S, "tgt_len": T})
+    per_module, total = module_flops(model, (src, tgt))
+    # attention: Q, K, V, O projections 4·d² + 4·d parameters; FLOPs 2·MACs
+    enc_attn = model.encoder.layers[0].self_attn
+    assert sum(p.numel() for p in enc_attn.parameters()) == 4 * d * d + 4 * d
+    assert per_module["encoder.layers.0.self_attn"] == 2 * S * d * 3 * d + 4 * S * S * d + 2 * S * d * d
+    ffn = model.encoder.layers[0].ffn
+    assert sum(p.numel() for p in ffn.parameters()) == 2 * d * d_ff + d_ff + d
+    assert per_module["encoder.layers.0.ffn"] == 2 * 2 * S * d * d_ff
+    cross = per_module["decoder.layers.0.cross_attn"]
+    assert cross == 2 * T * d * d + 2 * S * d * 2 * d + 4 * T * S * d + 2 * T * d * d
+    parts = flops_by_part(model, (src, tgt))
+    assert parts["head"] == 2 * T * d * vocab
+    assert parts["ffn"] == 2 * 2 * (S + T) * d * d_ff
+    assert sum(parts.values()) == total
+    assert heads == model.config.heads
+
+
+def test_json_schema_is_stable():
+    report = measure("rope", "translation", preset="tiny")
+    assert set(report) == {"schema", "variant", "task", "preset", "input", "paper", "changes", "parts", "totals",
+                           "attention_growth", "conventions", "activation_bytes"}
+    assert report["schema"] == 1
+    part = report["parts"][0]
+    assert set(part) == {"part", "declared", "measured_change", "structure", "removed", "added", "params", "flops"}
+    assert set(part["params"]) == set(part["flops"]) == {"classic", "variant", "delta", "delta_pct"}
+    assert part["removed"] == {"SinusoidalPosition": 1} and part["added"] == {"RotaryPosition": 1}
+    growth = report["attention_growth"]["classic"]
+    assert growth["kernel_exponent"] == pytest.approx(2.0)  # softmax attention is quadratic in N
+    json.dumps(report)  # serialisable
+
+
+def test_pre_ln_adds_two_final_norms():
+    report = measure("pre-ln", "translation", preset="tiny")
+    (norm,) = report["parts"]
+    assert norm["part"] == "norm" and norm["added"] == {"LayerNorm": 2}
+    assert norm["params"]["delta"] == 2 * 2 * 32
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: measure("rop"), "Did you mean 'rope'"),
+        (lambda: measure("rope", "translaton"), "unknown task"),
+        (lambda: zoo.Change("attentoin", "a", "b", "c"), "Did you mean 'attention'"),
+        (lambda: zoo.Change("attention", "a", "b", "c", scope="local"), "unknown scope"),
+    ],
+)
+def test_unknown_names(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_diff_and_list_commands(capsys):
+    assert main(["diff", "alibi", "--preset", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "What changed: `alibi`" in out and "ALiBiPosition" in out
+    assert main(["diff", "alibi", "--preset", "tiny", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["variant"] == "alibi"
+    assert main(["list", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == zoo.list_variants()
+    assert main(["diff", "nope"]) == 2
+    assert "unknown variant" in capsys.readouterr().err
+
+
+def test_readme_variant_table_is_up_to_date():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    match = re.search(r"<!-- variants:start -->\n(.*?)\n<!-- variants:end -->", readme, re.S)
+    assert match, "README.md lacks the generated variant table markers"
+    assert match.group(1).strip() == variants_markdown(variant_rows()).strip(), (
+        "README variant table is out of date: regenerate it with `zoo list --format md`"
+    )
+
+
+def test_task_shapes_cover_every_task():
+    for name in zoo.list_variants():
+        for task in zoo.get_variant(name).tasks:
+            assert task in TASK_SHAPES
+    assert set(PARTS) >= {"attention", "ffn", "position", "norm"}
+
+
+def test_compare_and_ablate_run_end_to_end(tmp_path, capsys):
+    budget = ["--epochs", "1", "--quiet", "--set", "preset=tiny", "--set", "n_train=120", "--set", "eval_size=20",
+              "--set", "beam_size=1"]
+    assert main(["compare", "translation", "--variants", "classic,rope", "--out", str(tmp_path / "c"), *budget]) == 0
+    rows = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert [r["variant"] for r in rows] == ["classic", "rope"]
+    assert rows[0]["Δ vs classic"] == 0.0 and "long BLEU" in rows[0]
+    assert (tmp_path / "c" / "metric_vs_cost.png").exists()
+    assert main(["ablate", "pre-ln", "--task", "translation", "--out", str(tmp_path / "a"), *budget]) == 0
+    rows = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert [r["variant"] for r in rows] == ["pre-ln", "without norm"]
+    assert "bought by the change" in rows[1]
+    report = (tmp_path / "c" / "classic-seed0" / "report.md").read_text()
+    assert "What changed" in report  # every zoo train report has the delta section

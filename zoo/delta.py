@@ -1,0 +1,221 @@
+"""The "what changed" analysis: a variant measured against its classic counterpart, part by part.
+
+For a variant and a task, build the variant and the classic model at the same width, depth and token
+count (the classic counterpart is the variant's own config with every declared change reverted), then
+compare per part (see :data:`core.parts.PARTS`):
+
+* structure: module types removed and added (a diff of the two module trees, grouped by part);
+* parameters: exact counts, Δ and Δ%;
+* forward FLOPs at the task's input size, counted by ``torch.utils.flop_counter`` with the math
+  attention backend, so attention matmuls are seen (convention: FLOPs = 2·MACs; elementwise ops,
+  softmax and norms are not counted), and how attention FLOPs grow with sequence length;
+* activation memory of one training step: bytes of the tensors autograd saves for backward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from core.attention import AttentionKernel
+from core.errors import unknown_name
+from core.parts import PARTS, module_parts, parameters_by_part
+from zoo.registry import Variant, get_variant
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """The input size at which a task's models are measured, and how to grow its token count."""
+
+    preset: str  # the preset the task trains by default
+    shape: dict[str, int]
+    grow: tuple[str, ...]  # shape entries that scale linearly with the number of tokens
+    description: str
+
+
+TASK_SHAPES: dict[str, TaskShape] = {
+    "translation": TaskShape("mini", {"batch": 1, "src_len": 32, "tgt_len": 32}, ("src_len", "tgt_len"),
+                             "one sentence pair of 32 source and 32 target tokens"),
+}
+
+SCALES = (1, 2, 4)
+FLOP_CONVENTION = (
+    "forward FLOPs = 2·MACs of matmuls/convolutions/attention (torch.utils.flop_counter, math attention "
+    "backend); elementwise ops, softmax and norms are not counted"
+)
+MEMORY_CONVENTION = "activation memory = bytes of the tensors saved for backward in one training step"
+
+
+def check_task(variant: Variant, task: str | None) -> str:
+    task = task or variant.tasks[0]
+    if task not in TASK_SHAPES:
+        raise unknown_name("task", task, TASK_SHAPES)
+    if task not in variant.tasks:
+        tasks = ", ".join(variant.tasks)
+        raise ValueError(f"variant {variant.name!r} does not run on task {task!r}; its tasks: {tasks}")
+    return task
+
+
+def build_pair(name: str, task: str | None = None, preset: str | None = None, **overrides: Any):
+    """Build (variant model, classic counterpart, variant config, classic config) for a task."""
+    variant = get_variant(name)
+    task = check_task(variant, task)
+    preset = preset or (TASK_SHAPES[task].preset if TASK_SHAPES[task].preset in variant.presets else None)
+    config = variant.config(preset, **overrides)
+    classic_config = variant.config(preset, **{**overrides, **variant.classic_overrides()})
+    torch.manual_seed(0)
+    return variant.build(config), variant.build(classic_config), config, classic_config
+
+
+def structure_by_part(model: nn.Module) -> dict[str, Counter]:
+    """Module type names per part, counted (a module shared by several parents counts once)."""
+    owner = module_parts(model)
+    out: dict[str, Counter] = {p: Counter() for p in PARTS}
+    for name, module in model.named_modules():
+        if name:  # the root is the wiring of the whole model, not one of its parts
+            out[owner[name]][type(module).__name__] += 1
+    return out
+
+
+def module_flops(model: nn.Module, inputs: tuple) -> tuple[dict[str, int], int]:
+    """Forward FLOPs of every module (children included), keyed by ``named_modules`` name, and the total."""
+    model.eval()
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(*inputs)
+    root = type(model).__name__ + "."
+    per_module = {k.removeprefix(root): sum(v.values()) for k, v in counter.get_flop_counts().items()}
+    return per_module, counter.get_total_flops()
+
+
+def flops_by_part(model: nn.Module, inputs: tuple) -> dict[str, int]:
+    """Forward FLOPs per part: each tagged module's FLOPs go to its part, the rest to ``stacking``."""
+    return _split_flops(model, *module_flops(model, inputs))[0]
+
+
+def _split_flops(model: nn.Module, per_module: dict[str, int], total: int) -> tuple[dict[str, int], int]:
+    """(FLOPs per part, FLOPs inside the attention kernels alone) from per-module counts."""
+    owner = module_parts(model)
+    tagged = {name for name, m in model.named_modules() if name and getattr(m, "zoo_part", None)}
+    parts = dict.fromkeys(PARTS, 0)
+    for name in tagged:
+        parents = name.split(".")
+        if any(".".join(parents[:i]) in tagged for i in range(1, len(parents))):
+            continue  # counted with its tagged ancestor
+        parts[owner[name]] += per_module.get(name, 0)
+    parts["stacking"] += total - sum(parts.values())
+    kernel = sum(per_module.get(n, 0) for n, m in model.named_modules() if isinstance(m, AttentionKernel))
+    return parts, kernel
+
+
+def activation_bytes(model: nn.Module, inputs: tuple) -> int:
+    """Bytes saved for backward during one forward (parameters and repeated storages excluded)."""
+    model.train()
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(*inputs)
+    out.float().sum().backward()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    model.zero_grad(set_to_none=True)
+    return sum(size for ptr, size in saved.items() if ptr not in params)
+
+
+def flop_profile(model: nn.Module, variant: Variant, config: Any, task: str) -> dict[str, Any]:
+    """FLOPs per part at the task's size, and how attention FLOPs (whole part, and kernel alone) grow at
+    1×, 2×, 4× the task's tokens, with the fitted exponent of N."""
+    spec = TASK_SHAPES[task]
+    by_part, attention, kernel = None, [], []
+    for k in SCALES:
+        shape = {key: v * k if key in spec.grow else v for key, v in spec.shape.items()}
+        parts, kernel_k = _split_flops(model, *module_flops(model, variant.example_input(config, shape)))
+        by_part = by_part or parts
+        attention.append(parts["attention"])
+        kernel.append(kernel_k)
+
+    def exponent(values: list[int]) -> float | None:
+        return math.log(values[-1] / values[0]) / math.log(SCALES[-1]) if values[0] else None
+
+    growth = {"scales": list(SCALES), "attention_flops": attention, "attention_exponent": exponent(attention),
+              "kernel_flops": kernel, "kernel_exponent": exponent(kernel)}
+    return {"by_part": by_part, "growth": growth}
+
+
+def _pct(new: float, old: float) -> float | None:
+    return None if old == 0 else 100.0 * (new - old) / old
+
+
+def measure(
+    name: str,
+    task: str | None = None,
+    preset: str | None = None,
+    memory: bool = True,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The full delta report of variant ``name`` on ``task`` as a JSON-ready dict.
+
+    ``overrides`` change the variant's config (and the classic counterpart's alike), e.g. the vocabulary
+    size a training run really used.
+    """
+    variant = get_variant(name)
+    task = check_task(variant, task)
+    model, classic, config, classic_config = build_pair(name, task, preset, **(overrides or {}))
+    inputs = variant.example_input(config, TASK_SHAPES[task].shape)
+    structure = (structure_by_part(classic), structure_by_part(model))
+    params = (parameters_by_part(classic), parameters_by_part(model))
+    profiles = (flop_profile(classic, variant, classic_config, task), flop_profile(model, variant, config, task))
+    flops = (profiles[0]["by_part"], profiles[1]["by_part"])
+    declared = set(variant.parts_changed)
+    parts = []
+    for part in PARTS:
+        removed = dict(structure[0][part] - structure[1][part])
+        added = dict(structure[1][part] - structure[0][part])
+        status = "replaced" if removed and added else "added" if added else "removed" if removed else "same"
+        differs = status != "same" or params[0][part] != params[1][part] or flops[0][part] != flops[1][part]
+        if not differs and part not in declared:
+            continue
+        parts.append({
+            "part": part,
+            "declared": part in declared,
+            "measured_change": differs,
+            "structure": status,
+            "removed": removed,
+            "added": added,
+            "params": {"classic": params[0][part], "variant": params[1][part],
+                       "delta": params[1][part] - params[0][part], "delta_pct": _pct(params[1][part], params[0][part])},
+            "flops": {"classic": flops[0][part], "variant": flops[1][part],
+                      "delta": flops[1][part] - flops[0][part], "delta_pct": _pct(flops[1][part], flops[0][part])},
+        })
+    totals = {
+        "params": {"classic": sum(params[0].values()), "variant": sum(params[1].values())},
+        "flops": {"classic": sum(flops[0].values()), "variant": sum(flops[1].values())},
+    }
+    report: dict[str, Any] = {
+        "schema": 1,
+        "variant": name,
+        "task": task,
+        "preset": preset or TASK_SHAPES[task].preset,
+        "input": {**TASK_SHAPES[task].shape, "description": TASK_SHAPES[task].description},
+        "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
+        "changes": [{"part": c.part, "classic": c.classic, "variant": c.variant, "flaw": c.flaw, "scope": c.scope}
+                    for c in variant.changes],
+        "parts": parts,
+        "totals": totals,
+        "attention_growth": {"classic": profiles[0]["growth"], "variant": profiles[1]["growth"]},
+        "conventions": {"flops": FLOP_CONVENTION, "memory": MEMORY_CONVENTION},
+    }
+    if memory:
+        report["activation_bytes"] = {"classic": activation_bytes(classic, inputs),
+                                      "variant": activation_bytes(model, inputs)}
+    return report
