@@ -46,19 +46,25 @@ def part_of(module: nn.Module) -> str | None:
 
 
 def module_parts(model: nn.Module) -> dict[str, str]:
-    """Map every module name to the part of its nearest tagged ancestor (``"stacking"`` if none).
+    """Map every module name to its part: its own tag, else its nearest tagged ancestor's.
 
     Untagged containers (``nn.ModuleList``, the model itself) belong to ``stacking``: they are the
-    wiring that decides depth and topology.
+    wiring that decides depth and topology. A module *explicitly tagged* ``stacking`` (a bridge, a
+    decoder added for the topology) owns its whole subtree: the attention and FFN inside it exist only
+    because of that topology change.
     """
     owner: dict[str, str] = {}
+    owned_by_stacking: set[str] = set()
     for name, module in model.named_modules():
-        own = part_of(module)
-        if own is not None:
-            owner[name] = own
-            continue
         parent = name.rpartition(".")[0] if name else None
-        owner[name] = owner.get(parent, "stacking") if parent is not None else "stacking"
+        if parent is not None and parent in owned_by_stacking:
+            owner[name] = "stacking"
+            owned_by_stacking.add(name)
+            continue
+        own = part_of(module)
+        if own == "stacking":
+            owned_by_stacking.add(name)
+        owner[name] = own or (owner.get(parent, "stacking") if parent is not None else "stacking")
     return owner
 
 

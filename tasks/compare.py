@@ -42,7 +42,7 @@ def _spread(values: list[float]) -> tuple[float | None, float | None]:
     values = [v for v in values if v is not None]
     if not values:
         return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
 def run_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, **config: Any) -> list[dict]:

@@ -14,6 +14,7 @@ compare per part (see :data:`core.parts.PARTS`):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -34,15 +35,26 @@ from zoo.registry import Variant, get_variant
 class TaskShape:
     """The input size at which a task's models are measured, and how to grow its token count."""
 
-    preset: str  # the preset the task trains by default
+    preset: str | None  # the preset the task trains by default (None: the variant's default)
     shape: dict[str, int]
-    grow: tuple[str, ...]  # shape entries that scale linearly with the number of tokens
+    grow: tuple[str, ...]  # shape entries multiplied by k to measure cost at k× the size
     description: str
+    tokens_per_grow: int = 1  # tokens grow as k ** tokens_per_grow (2 for an image side)
+    config_keys: tuple[str, ...] = ()  # shape entries that are config fields: the model is built for them
+
+    def scaled(self, k: int) -> dict[str, int]:
+        return {key: v * k if key in self.grow else v for key, v in self.shape.items()}
+
+    def config_overrides(self, shape: dict[str, int]) -> dict[str, int]:
+        return {key: shape[key] for key in self.config_keys}
 
 
 TASK_SHAPES: dict[str, TaskShape] = {
     "translation": TaskShape("mini", {"batch": 1, "src_len": 32, "tgt_len": 32}, ("src_len", "tgt_len"),
                              "one sentence pair of 32 source and 32 target tokens"),
+    "cifar": TaskShape(None, {"batch": 1, "image_size": 32, "in_channels": 1, "num_classes": 10}, ("image_size",),
+                       "one 32×32 single-channel image (the embedded Fashion-MNIST, padded)", tokens_per_grow=2,
+                       config_keys=("image_size", "in_channels", "num_classes")),
 }
 
 SCALES = (1, 2, 4)
@@ -67,7 +79,9 @@ def build_pair(name: str, task: str | None = None, preset: str | None = None, **
     """Build (variant model, classic counterpart, variant config, classic config) for a task."""
     variant = get_variant(name)
     task = check_task(variant, task)
-    preset = preset or (TASK_SHAPES[task].preset if TASK_SHAPES[task].preset in variant.presets else None)
+    spec = TASK_SHAPES[task]
+    preset = preset or (spec.preset if spec.preset in variant.presets else None)
+    overrides = {**spec.config_overrides(spec.shape), **overrides}
     config = variant.config(preset, **overrides)
     classic_config = variant.config(preset, **{**overrides, **variant.classic_overrides()})
     torch.manual_seed(0)
@@ -134,20 +148,25 @@ def activation_bytes(model: nn.Module, inputs: tuple) -> int:
 
 def flop_profile(model: nn.Module, variant: Variant, config: Any, task: str) -> dict[str, Any]:
     """FLOPs per part at the task's size, and how attention FLOPs (whole part, and kernel alone) grow at
-    1×, 2×, 4× the task's tokens, with the fitted exponent of N."""
+    1×, 2×, 4× the task's size, with the fitted exponent of the token count N."""
     spec = TASK_SHAPES[task]
     by_part, attention, kernel = None, [], []
     for k in SCALES:
-        shape = {key: v * k if key in spec.grow else v for key, v in spec.shape.items()}
+        shape = spec.scaled(k)
+        if spec.config_keys and k > 1:  # a model built for one image size: rebuild it for this one
+            config = dataclasses.replace(config, **spec.config_overrides(shape))
+            model = variant.build(config)
         parts, kernel_k = _split_flops(model, *module_flops(model, variant.example_input(config, shape)))
         by_part = by_part or parts
         attention.append(parts["attention"])
         kernel.append(kernel_k)
 
-    def exponent(values: list[int]) -> float | None:
-        return math.log(values[-1] / values[0]) / math.log(SCALES[-1]) if values[0] else None
+    token_scales = [k**spec.tokens_per_grow for k in SCALES]
 
-    growth = {"scales": list(SCALES), "attention_flops": attention, "attention_exponent": exponent(attention),
+    def exponent(values: list[int]) -> float | None:
+        return math.log(values[-1] / values[0]) / math.log(token_scales[-1]) if values[0] else None
+
+    growth = {"scales": token_scales, "attention_flops": attention, "attention_exponent": exponent(attention),
               "kernel_flops": kernel, "kernel_exponent": exponent(kernel)}
     return {"by_part": by_part, "growth": growth}
 
@@ -171,7 +190,8 @@ def measure(
     variant = get_variant(name)
     task = check_task(variant, task)
     model, classic, config, classic_config = build_pair(name, task, preset, **(overrides or {}))
-    inputs = variant.example_input(config, TASK_SHAPES[task].shape)
+    spec = TASK_SHAPES[task]
+    inputs = variant.example_input(config, spec.shape)
     structure = (structure_by_part(classic), structure_by_part(model))
     params = (parameters_by_part(classic), parameters_by_part(model))
     profiles = (flop_profile(classic, variant, classic_config, task), flop_profile(model, variant, config, task))
@@ -205,8 +225,8 @@ def measure(
         "schema": 1,
         "variant": name,
         "task": task,
-        "preset": preset or TASK_SHAPES[task].preset,
-        "input": {**TASK_SHAPES[task].shape, "description": TASK_SHAPES[task].description},
+        "preset": preset or spec.preset or variant.default_preset,
+        "input": {**spec.shape, "description": spec.description},
         "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
         "changes": [{"part": c.part, "classic": c.classic, "variant": c.variant, "flaw": c.flaw, "scope": c.scope}
                     for c in variant.changes],
