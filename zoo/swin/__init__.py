@@ -1,0 +1,1 @@
+"""Swin Transformer (Liu et al. 2021) as a patch on the classic Transformer."""
