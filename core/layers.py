@@ -127,13 +127,17 @@ class DecoderLayer(ResidualLayer):
         return self.residual(x, self.norm3, self.ffn)  # (B, T, D)
 
 
-class Encoder(nn.Module):
-    """A stack of encoder layers; Pre-LN stacks end with a final norm (``final_norm``)."""
+class LayerStack(nn.Module):
+    """Layers applied in turn; Pre-LN stacks end with a final norm (``final_norm``)."""
 
     def __init__(self, layers: list[nn.Module], final_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = final_norm
+
+
+class Encoder(LayerStack):
+    """A stack of encoder layers."""
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
@@ -141,13 +145,8 @@ class Encoder(nn.Module):
         return x if self.norm is None else self.norm(x)
 
 
-class Decoder(nn.Module):
-    """A stack of decoder layers; Pre-LN stacks end with a final norm (``final_norm``)."""
-
-    def __init__(self, layers: list[nn.Module], final_norm: nn.Module | None = None) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(layers)
-        self.norm = final_norm
+class Decoder(LayerStack):
+    """A stack of decoder layers."""
 
     def forward(
         self,

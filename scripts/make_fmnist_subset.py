@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.cifar.datasets import DEBIAN_FMNIST, EMBEDDED, FMNIST_CLASSES, FMNIST_FILES, _idx_path, read_idx
+from tasks.cifar.datasets import DEBIAN_FMNIST, EMBEDDED, FMNIST_CLASSES, FMNIST_FILES, find_idx, read_idx
 
 PER_CLASS = {"train": 500, "test": 100}
 SEED = 0
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     arrays: dict[str, np.ndarray] = {}
     for split, (images_name, labels_name) in FMNIST_FILES.items():
         folder = Path(args.source)
-        images, labels = read_idx(_idx_path(folder, images_name)), read_idx(_idx_path(folder, labels_name))
+        images, labels = read_idx(find_idx(folder, images_name)), read_idx(find_idx(folder, labels_name))
         keep = stratified_subset(labels, PER_CLASS[split], rng)
         arrays[f"x_{split}"], arrays[f"y_{split}"] = images[keep], labels[keep].astype(np.uint8)
     out = Path(args.out)

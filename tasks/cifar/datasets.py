@@ -76,7 +76,8 @@ def read_idx(path: str | Path) -> np.ndarray:
     return data.reshape(dims)
 
 
-def _idx_path(folder: Path, stem: str) -> Path:
+def find_idx(folder: Path, stem: str) -> Path:
+    """The idx file `stem` in `folder`, gzipped or not."""
     for name in (stem, stem + ".gz"):
         if (folder / name).is_file():
             return folder / name
@@ -89,7 +90,7 @@ def load_fmnist_idx(folder: str | Path = DEBIAN_FMNIST) -> ImageDataset:
     folder = Path(folder)
     arrays = {}
     for split, (images, labels) in FMNIST_FILES.items():
-        x, y = read_idx(_idx_path(folder, images)), read_idx(_idx_path(folder, labels))
+        x, y = read_idx(find_idx(folder, images)), read_idx(find_idx(folder, labels))
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
             raise ValueError(f"{folder}: {split} images {x.shape} and labels {y.shape} do not match")
         arrays[split] = (pad_to(x[:, None]), y.astype(np.int64))
