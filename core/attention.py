@@ -135,3 +135,20 @@ class ScaledDotProductAttention(AttentionKernel):
         if mask is not None:
             out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # fully masked rows -> 0
         return out, None
+
+
+KERNELS: dict[str, type[AttentionKernel]] = {"sdpa": ScaledDotProductAttention, "reference": ReferenceAttention}
+
+
+def register_kernel(name: str, kernel_class: type[AttentionKernel]) -> None:
+    """Make a kernel available by name to every config (``kernel="name"``); variants call this at import."""
+    KERNELS[name] = kernel_class
+
+
+def build_kernel(name: str, dropout: float = 0.0, **options) -> AttentionKernel:
+    """The kernel called ``name``, with attention-weight ``dropout`` and kernel-specific ``options``."""
+    if name not in KERNELS:
+        from core.errors import unknown_name
+
+        raise unknown_name("attention kernel", name, KERNELS)
+    return KERNELS[name](dropout=dropout, **options)

@@ -5,6 +5,8 @@ Applied to every position separately and identically: D -> d_ff (4·D in the pap
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor, nn
 
 from core.errors import check_positive, check_probability, unknown_name
@@ -40,3 +42,31 @@ class PositionwiseFFN(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.dropout(self.act(self.fc1(x))))  # (..., D)
+
+
+FFNFactory = Callable[..., nn.Module]
+FFN_TYPES: dict[str, FFNFactory] = {}
+
+
+def register_ffn(name: str, factory: FFNFactory) -> None:
+    """Make an FFN type available by name (``ffn="name"``).
+
+    ``factory(d_model, d_ff, activation, dropout, layer, **options)`` returns the module for the
+    ``layer``-th layer of a stack, so a type can differ by depth (e.g. a mixture of experts in every
+    other layer).
+    """
+    FFN_TYPES[name] = factory
+
+
+def build_ffn(name: str, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0,
+              layer: int = 0, **options) -> nn.Module:
+    if name not in FFN_TYPES:
+        raise unknown_name("ffn type", name, FFN_TYPES)
+    return FFN_TYPES[name](d_model, d_ff, activation, dropout, layer, **options)
+
+
+def _dense(d_model: int, d_ff: int, activation: str, dropout: float, layer: int) -> nn.Module:
+    return PositionwiseFFN(d_model, d_ff, activation, dropout)
+
+
+register_ffn("dense", _dense)

@@ -8,21 +8,20 @@ Shape legend: B batch, S source tokens, T target tokens, D model width, V vocabu
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from torch import Tensor, nn
 
-from core.attention import ReferenceAttention, ScaledDotProductAttention
+from core.attention import KERNELS, build_kernel
 from core.embedding import TokenEmbedding, check_token_ids
 from core.errors import check_positive, check_probability, unknown_name
-from core.ffn import ACTIVATIONS, PositionwiseFFN
+from core.ffn import ACTIVATIONS, FFN_TYPES, build_ffn
 from core.init import INIT_SCHEMES, init_weights
 from core.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, layer_norm
 from core.masks import padding_mask
 from core.multihead import KVCache, MultiHeadAttention
 from core.position import POSITIONAL_SCHEMES, build_position
-
-KERNELS = {"sdpa": ScaledDotProductAttention, "reference": ReferenceAttention}
 
 
 @dataclass
@@ -45,7 +44,10 @@ class TransformerConfig:
     scale_embeddings: bool = True  # multiply embeddings by √d_model (§3.4)
     share_embeddings: bool = True  # source embedding = target embedding (needs one vocabulary)
     tie_output: bool = True  # target embedding = pre-softmax projection (§3.4)
-    kernel: str = "sdpa"  # "sdpa" (fused) or "reference" (explicit math)
+    kernel: str = "sdpa"  # "sdpa" (fused), "reference" (explicit math), or one a variant registered
+    kernel_options: dict[str, Any] = field(default_factory=dict)  # passed to the kernel's constructor
+    ffn: str = "dense"  # "dense" (the paper's), or an FFN type a variant registered
+    ffn_options: dict[str, Any] = field(default_factory=dict)  # passed to the FFN factory
     init: str = "xavier"
     pad_id: int = 0
     bos_id: int = 1
@@ -66,7 +68,8 @@ class TransformerConfig:
         for name, value, known in (
             ("activation", self.activation, ACTIVATIONS),
             ("positional scheme", self.position, POSITIONAL_SCHEMES),
-            ("kernel", self.kernel, KERNELS),
+            ("attention kernel", self.kernel, KERNELS),
+            ("ffn type", self.ffn, FFN_TYPES),
             ("init scheme", self.init, INIT_SCHEMES),
         ):
             if value not in known:
@@ -131,22 +134,23 @@ class Transformer(nn.Module):
         self.embed_dropout = nn.Dropout(c.dropout)
 
         def attention() -> MultiHeadAttention:
-            return MultiHeadAttention(c.d_model, c.heads, KERNELS[c.kernel](c.attention_dropout), self.position)
+            kernel = build_kernel(c.kernel, c.attention_dropout, **c.kernel_options)
+            return MultiHeadAttention(c.d_model, c.heads, kernel, self.position)
 
-        def ffn() -> PositionwiseFFN:
-            return PositionwiseFFN(c.d_model, c.d_ff, c.activation, c.dropout)
+        def ffn(layer: int) -> nn.Module:
+            return build_ffn(c.ffn, c.d_model, c.d_ff, c.activation, c.dropout, layer, **c.ffn_options)
 
         def final_norm() -> nn.Module | None:
             return layer_norm(c.d_model) if c.norm_first else None
 
         self.encoder = Encoder(
-            [EncoderLayer(c.d_model, attention(), ffn(), c.dropout, c.norm_first) for _ in range(c.encoder_layers)],
+            [EncoderLayer(c.d_model, attention(), ffn(i), c.dropout, c.norm_first) for i in range(c.encoder_layers)],
             final_norm(),
         )
         self.decoder = Decoder(
             [
-                DecoderLayer(c.d_model, attention(), attention(), ffn(), c.dropout, c.norm_first)
-                for _ in range(c.decoder_layers)
+                DecoderLayer(c.d_model, attention(), attention(), ffn(i), c.dropout, c.norm_first)
+                for i in range(c.decoder_layers)
             ],
             final_norm(),
         )
