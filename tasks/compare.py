@@ -68,7 +68,8 @@ def run_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, **c
         mean, spread = _spread([_headline(cls, s, split, metric) for _, s in runs])
         row = {
             "variant": entry.label,
-            "parts changed": entry.parts or ", ".join(zoo.get_variant(entry.variant).parts_changed) or "(base)",
+            "parts changed": entry.parts or ", ".join(zoo.get_variant(entry.variant, task_name).parts_changed)
+            or "(base)",
             "params": summary["parameters"],
             "GFLOPs": delta["totals"]["flops"]["variant"] / 1e9,
             metric: mean,
@@ -123,10 +124,7 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
     cls = task_class(task_name)
     names = variants or zoo.list_variants(task_name)
     for name in names:
-        variant = zoo.get_variant(name)
-        if task_name not in variant.tasks:
-            raise ValueError(f"variant {name!r} does not run on {task_name}; choose among "
-                             f"{', '.join(zoo.list_variants(task_name))}")
+        zoo.get_variant(name, task_name)  # a clear error before any training starts
     rows = run_entries(task_name, [Entry(n, n) for n in names], out, seeds, **config)
     metric = cls.headline[1]
     add_deltas(rows, metric, cls.baseline)
@@ -141,7 +139,7 @@ def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, **confi
     from tasks.commands import task_class
 
     cls = task_class(task_name)
-    variant = zoo.get_variant(variant_name)
+    variant = zoo.get_variant(variant_name, task_name)
     if not variant.changes:
         raise ValueError(f"variant {variant_name!r} declares no changes: nothing to ablate")
     entries = [Entry(variant_name, variant_name)]

@@ -15,8 +15,8 @@ from zoo.delta import TASK_SHAPES, flops_by_part, measure, module_flops
 
 @pytest.mark.parametrize("name", zoo.list_variants())
 def test_declared_changes_are_exactly_the_measured_ones(name):
-    variant = zoo.get_variant(name)
-    for task in variant.tasks:
+    for task in zoo.tasks_of(name):
+        variant = zoo.get_variant(name, task)
         report = measure(name, task, memory=False)
         measured = {p["part"] for p in report["parts"] if p["measured_change"]}
         assert measured == set(variant.parts_changed), (task, report["parts"])
@@ -24,12 +24,13 @@ def test_declared_changes_are_exactly_the_measured_ones(name):
 
 @pytest.mark.parametrize("name", zoo.list_variants())
 def test_each_change_reverts_to_the_classic_choice(name):
-    variant = zoo.get_variant(name)
-    for change in variant.changes:
-        assert change.revert, f"{name}: change of {change.part} has no revert"
-        reverted = variant.config(None, **change.revert)
+    for task in zoo.tasks_of(name):
+        variant = zoo.get_variant(name, task)
         classic = variant.config(None, **variant.classic_overrides())
-        assert all(getattr(reverted, k) == getattr(classic, k) for k in change.revert)
+        for change in variant.changes:
+            assert change.revert, f"{name}: change of {change.part} has no revert"
+            reverted = variant.config(None, **change.revert)
+            assert all(getattr(reverted, k) == getattr(classic, k) for k in change.revert)
 
 
 def test_classic_layer_parameters_and_flops_match_hand_formulas():
@@ -80,6 +81,7 @@ def test_pre_ln_adds_two_final_norms():
     [
         (lambda: measure("rop"), "Did you mean 'rope'"),
         (lambda: measure("rope", "translaton"), "unknown task"),
+        (lambda: zoo.get_variant("rope", "cifar"), "does not run on the cifar task"),
         (lambda: zoo.Change("attentoin", "a", "b", "c"), "Did you mean 'attention'"),
         (lambda: zoo.Change("attention", "a", "b", "c", scope="local"), "unknown scope"),
     ],
@@ -113,7 +115,7 @@ def test_readme_variant_table_is_up_to_date():
 
 def test_task_shapes_cover_every_task():
     for name in zoo.list_variants():
-        for task in zoo.get_variant(name).tasks:
+        for task in zoo.tasks_of(name):
             assert task in TASK_SHAPES
     assert set(PARTS) >= {"attention", "ffn", "position", "norm"}
 

@@ -63,8 +63,8 @@ def test_variant_must_run_on_translation(tmp_path, monkeypatch):
     from zoo.registry import Variant
 
     classic = zoo.get_variant("classic")
-    monkeypatch.setitem(zoo.registry._REGISTRY, "image-only", Variant(**{**classic.__dict__, "name": "image-only",
-                                                                          "tasks": ("cifar",)}))
+    image_only = Variant(**{**classic.__dict__, "name": "image-only", "tasks": ("cifar",)})
+    monkeypatch.setitem(zoo.registry._REGISTRY, "image-only", [image_only])
     with pytest.raises(ValueError, match="does not run on the translation task"):
         tiny_run(tmp_path, variant="image-only", epochs=1)
 

@@ -65,20 +65,17 @@ FLOP_CONVENTION = (
 MEMORY_CONVENTION = "activation memory = bytes of the tensors saved for backward in one training step"
 
 
-def check_task(variant: Variant, task: str | None) -> str:
-    task = task or variant.tasks[0]
+def resolve(name: str, task: str | None) -> tuple[Variant, str]:
+    """The registration of variant ``name`` for ``task`` (default: its first task), and the task."""
+    task = task or get_variant(name).tasks[0]
     if task not in TASK_SHAPES:
         raise unknown_name("task", task, TASK_SHAPES)
-    if task not in variant.tasks:
-        tasks = ", ".join(variant.tasks)
-        raise ValueError(f"variant {variant.name!r} does not run on task {task!r}; its tasks: {tasks}")
-    return task
+    return get_variant(name, task), task
 
 
 def build_pair(name: str, task: str | None = None, preset: str | None = None, **overrides: Any):
     """Build (variant model, classic counterpart, variant config, classic config) for a task."""
-    variant = get_variant(name)
-    task = check_task(variant, task)
+    variant, task = resolve(name, task)
     spec = TASK_SHAPES[task]
     preset = preset or (spec.preset if spec.preset in variant.presets else None)
     overrides = {**spec.config_overrides(spec.shape), **overrides}
@@ -187,8 +184,7 @@ def measure(
     ``overrides`` change the variant's config (and the classic counterpart's alike), e.g. the vocabulary
     size a training run really used.
     """
-    variant = get_variant(name)
-    task = check_task(variant, task)
+    variant, task = resolve(name, task)
     model, classic, config, classic_config = build_pair(name, task, preset, **(overrides or {}))
     spec = TASK_SHAPES[task]
     inputs = variant.example_input(config, spec.shape)

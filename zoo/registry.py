@@ -84,31 +84,50 @@ class Variant:
         return reverts
 
 
-_REGISTRY: dict[str, Variant] = {}
+# name -> its registrations; one name may be registered once per set of tasks (e.g. a linear-attention
+# "lite" model is a Transformer for translation and a ViT for images).
+_REGISTRY: dict[str, list[Variant]] = {}
 
 
 def register(variant: Variant) -> Variant:
-    if variant.name in _REGISTRY:
-        raise ValueError(f"variant {variant.name!r} is already registered")
-    _REGISTRY[variant.name] = variant
+    for other in _REGISTRY.get(variant.name, []):
+        if set(other.tasks) & set(variant.tasks):
+            raise ValueError(f"variant {variant.name!r} is already registered for {sorted(other.tasks)}")
+    _REGISTRY.setdefault(variant.name, []).append(variant)
     return variant
 
 
-def get_variant(name: str) -> Variant:
-    """The registered variant called ``name``; unknown names get a "did you mean" error."""
+def get_variant(name: str, task: str | None = None) -> Variant:
+    """The registered variant ``name`` (for ``task``, when given); unknown names get a "did you mean" error."""
     if not isinstance(name, str):
         raise TypeError(f"variant name must be a str, got {type(name).__name__}")
     if name not in _REGISTRY:
         raise unknown_name("variant", name, _REGISTRY)
-    return _REGISTRY[name]
+    registrations = _REGISTRY[name]
+    if task is None:
+        return registrations[0]
+    for variant in registrations:
+        if task in variant.tasks:
+            return variant
+    runs_on = sorted({t for v in registrations for t in v.tasks})
+    raise ValueError(
+        f"variant {name!r} does not run on the {task} task (it runs on: {', '.join(runs_on)}); "
+        f"variants for {task}: {', '.join(list_variants(task)) or 'none'}"
+    )
+
+
+def tasks_of(name: str) -> list[str]:
+    """Every task variant ``name`` runs on, over all its registrations."""
+    get_variant(name)
+    return [t for v in _REGISTRY[name] for t in v.tasks]
 
 
 def list_variants(task: str | None = None) -> list[str]:
     """Names of the registered variants (those that run on ``task``, if given), in registration order."""
-    return [n for n, v in _REGISTRY.items() if task is None or task in v.tasks]
+    return [n for n, regs in _REGISTRY.items() if task is None or any(task in v.tasks for v in regs)]
 
 
-def create(name: str, preset: str | None = None, **overrides: Any) -> nn.Module:
+def create(name: str, preset: str | None = None, task: str | None = None, **overrides: Any) -> nn.Module:
     """Build variant ``name`` from ``preset`` with config ``overrides``: ``create("classic", preset="tiny")``."""
-    variant = get_variant(name)
+    variant = get_variant(name, task)
     return variant.build(variant.config(preset, **overrides))

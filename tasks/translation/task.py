@@ -95,12 +95,7 @@ class TranslationTask(Task):
 
     def build_model(self) -> nn.Module:
         c: TranslationConfig = self.config
-        variant = zoo.get_variant(c.variant)
-        if self.name not in variant.tasks:
-            raise ValueError(
-                f"variant {c.variant!r} does not run on the translation task; "
-                f"choose one of {', '.join(zoo.list_variants(self.name))}"
-            )
+        variant = zoo.get_variant(c.variant, self.name)
         preset = c.preset or (DEFAULT_PRESET if DEFAULT_PRESET in variant.presets else None)
         tok = self.tokenizer
         longest = max(len(s) for s in self.train_src) + 50

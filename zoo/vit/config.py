@@ -1,0 +1,113 @@
+"""Configuration of the Vision Transformer (Dosovitskiy et al. 2021) and its named presets.
+
+Besides the sizes, the config holds one *choice field* per part that ViT changed, so that every declared
+change can be reverted alone to the classic Transformer's choice (see ``zoo/vit/__init__.py``):
+
+| field | ViT | classic |
+|---|---|---|
+| ``tokens`` | ``"patch"``: linear projection of each patch | ``"vocabulary"``: each patch a looked-up symbol |
+| ``position`` | ``"learned"`` absolute table | ``"sinusoidal"`` |
+| ``norm_first`` | ``True`` (Pre-LN + final norm) | ``False`` (Post-LN) |
+| ``activation`` | ``"gelu"`` | ``"relu"`` |
+| ``readout`` | ``"cls"`` token (or ``"mean"``) | ``"decoder"``: the encoder–decoder topology |
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from core.errors import check_positive, check_probability, unknown_name
+from core.ffn import ACTIVATIONS
+from core.model import KERNELS
+from zoo.vision import READOUTS, check_image_geometry
+
+TOKENIZERS = ("patch", "vocabulary")
+POSITIONS = ("learned", "sinusoidal")
+
+
+@dataclass
+class ViTConfig:
+    """Sizes and choices of a :class:`~zoo.vit.model.VisionTransformer`; validated on construction."""
+
+    image_size: int = 32  # the side the learned position table is built for; other sizes are interpolated
+    patch_size: int = 4  # P: each P×P patch is one token, N = (image_size / P)² tokens
+    in_channels: int = 3
+    num_classes: int = 10
+    d_model: int = 192
+    depth: int = 12  # encoder layers
+    heads: int = 3
+    mlp_ratio: float = 4.0  # d_ff = int(d_model · mlp_ratio), as in timm
+    dropout: float = 0.0  # on embeddings + positions and on each sublayer output
+    attention_dropout: float = 0.0  # on the attention weights
+    drop_path: float = 0.0  # stochastic depth of the last layer; rates grow linearly from 0 (timm's rule)
+    norm_eps: float = 1e-6  # ViT's LayerNorm epsilon (the classic core uses 1e-5)
+    kernel: str = "sdpa"  # "sdpa" (fused) or "reference" (explicit math)
+    # Choice fields: the classic choice of each is what the declared change's ``revert`` sets.
+    tokens: str = "patch"
+    position: str = "learned"
+    norm_first: bool = True
+    activation: str = "gelu"
+    readout: str = "cls"
+    decoder_layers: int = 1  # only used by readout="decoder"
+
+    def __post_init__(self) -> None:
+        for name in ("image_size", "patch_size", "in_channels", "num_classes", "d_model", "depth", "heads",
+                     "decoder_layers"):
+            check_positive(name, getattr(self, name))
+        check_image_geometry(self.image_size, self.patch_size, self.in_channels)
+        if self.d_model % self.heads:
+            divisors = [h for h in range(1, min(self.d_model, 16) + 1) if self.d_model % h == 0]
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by heads={self.heads}; pick heads among {divisors} "
+                "or change d_model"
+            )
+        for name in ("mlp_ratio", "norm_eps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a positive float, got {type(value).__name__} {value!r}")
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if self.d_ff < 1:
+            raise ValueError(
+                f"mlp_ratio={self.mlp_ratio} gives d_ff = int({self.d_model} · {self.mlp_ratio}) = {self.d_ff}; "
+                "raise mlp_ratio (ViT uses 4.0)"
+            )
+        for name in ("dropout", "attention_dropout", "drop_path"):
+            check_probability(name, getattr(self, name))
+        if not isinstance(self.norm_first, bool):
+            raise TypeError(
+                f"norm_first must be a bool (True = Pre-LN, False = Post-LN), got "
+                f"{type(self.norm_first).__name__} {self.norm_first!r}"
+            )
+        for kind, value, known in (
+            ("kernel", self.kernel, KERNELS),
+            ("tokens", self.tokens, TOKENIZERS),
+            ("position", self.position, POSITIONS),
+            ("activation", self.activation, ACTIVATIONS),
+            ("readout", self.readout, READOUTS),
+        ):
+            if value not in known:
+                raise unknown_name(f"{kind} choice of ViTConfig", value, known)
+
+    @property
+    def d_ff(self) -> int:
+        """Hidden width of the FFN."""
+        return int(self.d_model * self.mlp_ratio)
+
+    @property
+    def grid(self) -> int:
+        """Patches per image side at ``image_size``."""
+        return self.image_size // self.patch_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": dict(d_model=32, depth=2, heads=2, patch_size=8, mlp_ratio=2.0),  # tests: a few ms per batch
+    # ~0.4M parameters, 3x DATA.md's 140k ViT (79 % in 10 epochs): more width for > 80 % in ~10 CPU minutes
+    "cpu": dict(d_model=128, depth=4, heads=4, patch_size=4, mlp_ratio=2.0, drop_path=0.1),
+    "vit-tiny": dict(d_model=192, depth=12, heads=3, patch_size=4),  # timm's vit_tiny width at patch 4
+    "vit-small": dict(d_model=384, depth=12, heads=6, patch_size=4),
+}
+DEFAULT_PRESET = "cpu"

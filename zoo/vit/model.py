@@ -1,0 +1,181 @@
+"""The Vision Transformer (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words"), built from core blocks.
+
+ViT is the classic Transformer *encoder* run on image patches. What it changed, part by part:
+
+* **embedding**: each P×P patch is projected linearly to D (:class:`zoo.vision.PatchEmbedding`) instead of
+  being a symbol looked up in a vocabulary;
+* **position**: a learned absolute table instead of fixed sinusoids; at another image size the table's
+  patch grid is resampled bicubically (as timm does), since a learned table cannot extrapolate;
+* **norm**: Pre-LN with a final LayerNorm (eps 1e-6) instead of Post-LN;
+* **ffn**: GELU instead of ReLU;
+* **stacking**: encoder only, the class read from a learned [CLS] token, instead of the encoder–decoder.
+
+The encoder layers, multi-head attention, kernels and FFN are the core's; nothing is copied.
+
+Shape legend: B batch, C channels, H×W image, P patch, h×w = (H/P)×(W/P) patch grid, N = h·w patches,
+T = N + extra tokens ([CLS]), D width, K classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from core.ffn import PositionwiseFFN
+from core.init import init_weights
+from core.layers import Encoder, EncoderLayer, layer_norm
+from core.model import KERNELS
+from core.multihead import MultiHeadAttention
+from core.position import LearnedPosition, build_position
+from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding, build_readout, check_images
+from zoo.vit.config import ViTConfig
+
+
+def drop_path_rates(max_rate: float, depth: int) -> list[float]:
+    """Stochastic-depth rate of each layer: linear from 0 at the first layer to ``max_rate`` at the last."""
+    if depth == 1:
+        return [0.0]
+    return [max_rate * i / (depth - 1) for i in range(depth)]
+
+
+def resample_positions(table: Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], prefix: int) -> Tensor:
+    """Resample a learned position table to another patch grid (bicubic, antialiased; timm's rule).
+
+    The first ``prefix`` rows (the [CLS] token's) have no place on the grid and are kept as they are.
+
+    Shape: ``(prefix + old_h·old_w, D) -> (prefix + new_h·new_w, D)``.
+    """
+    if tuple(old_grid) == tuple(new_grid):
+        return table
+    head, grid = table[:prefix], table[prefix:]  # (prefix, D), (h·w, D)
+    grid = grid.float().reshape(1, *old_grid, -1).permute(0, 3, 1, 2)  # (1, D, h, w)
+    grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", antialias=True)  # (1, D, h', w')
+    grid = grid.permute(0, 2, 3, 1).reshape(-1, table.shape[-1]).to(table.dtype)  # (h'·w', D)
+    return torch.cat((head, grid), dim=0)
+
+
+class VisionTransformer(nn.Module):
+    """ViT: patch tokens -> [CLS] -> positions -> core Transformer encoder -> read-out -> linear head.
+
+    Args:
+        config: a :class:`ViTConfig`; its choice fields also build the classic counterpart of each part.
+
+    ``forward`` takes any image size divisible by ``patch_size``; with a learned position table built for
+    ``image_size``, another size gets the table resampled on the fly (:meth:`resize_image` makes it stick).
+
+    Shape:
+        ``(B, C, H, W)`` float images -> ``(B, K)`` logits.
+    """
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        if c.tokens == "patch":
+            self.tokens: nn.Module = PatchEmbedding(c.patch_size, c.in_channels, c.d_model)
+        else:
+            self.tokens = PatchVocabularyEmbedding(c.patch_size, c.d_model)
+        self.readout = build_readout(
+            c.readout, c.d_model, c.heads, c.d_ff,
+            **(dict(layers=c.decoder_layers, activation=c.activation, norm_first=c.norm_first, dropout=c.dropout)
+               if c.readout == "decoder" else {}),
+        )
+        self.extra_tokens = self.readout.extra_tokens  # [CLS] rows of the position table
+        self.position = build_position(c.position, c.d_model, c.heads, max_len=self.extra_tokens + c.grid**2)
+        self.dropout = nn.Dropout(c.dropout)
+        norm = functools.partial(layer_norm, eps=c.norm_eps)
+        rates = drop_path_rates(c.drop_path, c.depth)
+        self.encoder = Encoder(
+            [
+                EncoderLayer(
+                    c.d_model,
+                    MultiHeadAttention(c.d_model, c.heads, KERNELS[c.kernel](c.attention_dropout)),
+                    PositionwiseFFN(c.d_model, c.d_ff, c.activation, c.dropout),
+                    c.dropout,
+                    c.norm_first,
+                    norm,
+                    rate,
+                )
+                for rate in rates
+            ],
+            norm(c.d_model) if c.norm_first else None,
+        )
+        self.head = nn.Linear(c.d_model, c.num_classes)
+        self.head.zoo_part = "head"
+        init_weights(self, "normal")  # N(0, 0.02²) linears, zero biases: ViT's (timm's) initialisation
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The patch grid the learned position table is built for."""
+        return (self.config.grid, self.config.grid)
+
+    def image_grid(self, x: Tensor) -> tuple[int, int]:
+        """The patch grid of images ``x``; a clear error when the patch size does not divide them."""
+        p = self.config.patch_size
+        height, width = x.shape[-2:]
+        if height % p or width % p:
+            raise ValueError(
+                f"image size {height}×{width} is not divisible by patch_size={p}; resize or pad the images "
+                f"to a multiple of {p}"
+            )
+        return height // p, width // p
+
+    def add_position(self, x: Tensor, grid: tuple[int, int]) -> Tensor:
+        """Add the positions of a ``grid`` of patches (after the [CLS] token) to ``x``: ``(B, T, D)``."""
+        if isinstance(self.position, LearnedPosition) and grid != self.grid:
+            return x + resample_positions(self.position.weight, self.grid, grid, self.extra_tokens)
+        return self.position.embed(x)  # sinusoids extend to any length; (B, T, D)
+
+    def embed(self, images: Tensor) -> Tensor:
+        """Images -> the encoder's input tokens. Shape: ``(B, C, H, W) -> (B, T, D)``."""
+        check_images(images, self.config.in_channels)
+        grid = self.image_grid(images)
+        x = self.tokens(images)  # (B, N, D)
+        x = self.readout.prepend(x)  # (B, T, D)
+        return self.dropout(self.add_position(x, grid))  # (B, T, D)
+
+    def forward_features(self, images: Tensor, return_layers: Sequence[int] | None = None) -> Tensor | list[Tensor]:
+        """The encoder's output tokens, or the outputs of the chosen layers.
+
+        Args:
+            images: ``(B, C, H, W)`` float.
+            return_layers: indices of encoder layers (0-based; negative counts from the end). ``None``: return
+                the final tokens (after the final norm in a Pre-LN model).
+
+        Returns:
+            ``(B, T, D)`` final tokens; or, with ``return_layers``, a list of the ``(B, T, D)`` outputs of those
+            layers (before any final norm), in the order asked. Token 0 is [CLS] when ``readout="cls"``.
+        """
+        x = self.embed(images)  # (B, T, D)
+        if return_layers is None:
+            return self.encoder(x)
+        depth = len(self.encoder.layers)
+        wanted = []
+        for i in return_layers:
+            if isinstance(i, bool) or not isinstance(i, int) or not -depth <= i < depth:
+                raise ValueError(f"return_layers holds {i!r}; layer indices must be ints in [{-depth}, {depth})")
+            wanted.append(i % depth)
+        outputs = {}
+        for i, layer in enumerate(self.encoder.layers[: max(wanted, default=-1) + 1]):
+            x = layer(x)  # (B, T, D)
+            outputs[i] = x
+        return [outputs[i] for i in wanted]
+
+    def forward(self, images: Tensor) -> Tensor:
+        tokens = self.forward_features(images)  # (B, T, D)
+        return self.head(self.readout(tokens))  # (B, D) -> (B, K)
+
+    @torch.no_grad()
+    def resize_image(self, image_size: int) -> None:
+        """Rebuild for ``image_size``: resample the learned position table once, update ``config``."""
+        config = dataclasses.replace(self.config, image_size=image_size)  # validates the new geometry
+        if isinstance(self.position, LearnedPosition):
+            old_grid = self.grid
+            table = resample_positions(self.position.weight, old_grid, (config.grid, config.grid), self.extra_tokens)
+            self.position.weight = nn.Parameter(table, requires_grad=self.position.weight.requires_grad)
+            self.position.max_len = table.shape[0]
+        self.config = config
