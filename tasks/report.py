@@ -35,6 +35,8 @@ def markdown_table(rows: list[dict[str, Any]], columns: list[str] | None = None)
     columns = columns or list(rows[0])
 
     def cell(value: Any) -> str:
+        if value is None:
+            return "–"
         return f"{value:.4g}" if isinstance(value, float) else str(value)
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
