@@ -14,6 +14,7 @@ from core.errors import unknown_name
 # task name -> "module:TaskClass"; imported lazily so that `zoo --help` stays fast.
 TASKS: dict[str, str] = {
     "translation": "tasks.translation.task:TranslationTask",
+    "cifar": "tasks.cifar.task:CifarTask",
 }
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import zoo
 from tasks.report import markdown_table
 from zoo.delta import measure
@@ -63,15 +65,13 @@ def run_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, **c
             trainer = Trainer(cls, run_config)
             runs.append((trainer, trainer.fit()))
         trainer, summary = runs[0]
-        delta = measure(entry.variant, task_name, run_config.preset, memory=False,
-                        overrides=trainer.task.delta_overrides())
+        parts, flops = _parts_and_flops(entry, task_name, trainer)
         mean, spread = _spread([_headline(cls, s, split, metric) for _, s in runs])
         row = {
             "variant": entry.label,
-            "parts changed": entry.parts or ", ".join(zoo.get_variant(entry.variant, task_name).parts_changed)
-            or "(base)",
+            "parts changed": parts,
             "params": summary["parameters"],
-            "GFLOPs": delta["totals"]["flops"]["variant"] / 1e9,
+            "GFLOPs": flops / 1e9,
             metric: mean,
             "±": spread,
             "items/s": statistics.fmean(s["items_per_s"] for _, s in runs),
@@ -81,6 +81,21 @@ def run_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, **c
             row[title] = _spread([_headline(cls, s, extra_split, extra_metric) for _, s in runs])[0]
         rows.append(row)
     return rows
+
+
+def _parts_and_flops(entry: Entry, task_name: str, trainer) -> tuple[str, int]:
+    """What the entry changed, and its forward FLOPs at the task's input size."""
+    if entry.variant in getattr(trainer.task, "reference_models", ()):  # e.g. the CNN row of the cifar task
+        from zoo.delta import TASK_SHAPES, module_flops
+
+        spec = TASK_SHAPES[task_name]
+        shape = {**spec.shape, **trainer.task.delta_overrides()}
+        inputs = (torch.zeros(1, shape["in_channels"], shape["image_size"], shape["image_size"]),)
+        return "(reference CNN, not a patch)", module_flops(trainer.model.cpu(), inputs)[1]
+    delta = measure(entry.variant, task_name, trainer.config.preset, memory=False,
+                    overrides=trainer.task.delta_overrides())
+    parts = entry.parts or ", ".join(zoo.get_variant(entry.variant, task_name).parts_changed) or "(base)"
+    return parts, delta["totals"]["flops"]["variant"]
 
 
 def add_deltas(rows: list[dict], metric: str, baseline_label: str) -> None:
@@ -122,9 +137,10 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
     from tasks.commands import task_class
 
     cls = task_class(task_name)
-    names = variants or zoo.list_variants(task_name)
+    names = variants or [*zoo.list_variants(task_name), *getattr(cls, "reference_models", ())]
     for name in names:
-        zoo.get_variant(name, task_name)  # a clear error before any training starts
+        if name not in getattr(cls, "reference_models", ()):
+            zoo.get_variant(name, task_name)  # a clear error before any training starts
     rows = run_entries(task_name, [Entry(n, n) for n in names], out, seeds, **config)
     metric = cls.headline[1]
     add_deltas(rows, metric, cls.baseline)

@@ -44,6 +44,8 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True  # progress bars
     model: dict[str, Any] = field(default_factory=dict)  # overrides of the variant's config (--model-set k=v)
+    balance_weight: float = 1e-2  # weight of the MoE load-balancing loss (models without experts: unused)
+    z_weight: float = 1e-3  # weight of the MoE router z-loss
 
     def __post_init__(self) -> None:
         check_positive("epochs", self.epochs)

@@ -24,8 +24,9 @@ from tqdm.auto import tqdm
 
 from tasks.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.distributed import all_reduce_sum, gather_records, init_distributed, shard
-from tasks.report import plot_curves, write_report
+from tasks.report import markdown_table, plot_curves, write_report
 from tasks.task import Task
+from zoo.moe import auxiliary_loss, routing_stats
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,9 @@ class Trainer:
             sync = i == len(group) - 1 or not self.dist.enabled
             with (nullcontext() if sync else wrapped.no_sync()), self._autocast():
                 loss, items = self.task.loss(wrapped, shard(list(rows), self.dist))
+                # Side channel: auxiliary losses the model's layers recorded in this forward (MoE
+                # balancing and z-loss; zero for other models), as a per-item mean like the task loss.
+                loss = loss + items * auxiliary_loss(self.model, c.balance_weight, c.z_weight)
             if not torch.isfinite(loss):
                 raise NonFiniteLossError(
                     f"the training loss became {loss.item()} at step {self.optimizer_steps_done() + 1}; "
@@ -254,9 +258,19 @@ class Trainer:
         if self.main:
             (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
             plot_curves(self.history, self.task.main_metric, self.out / "curves.png")
-            write_report(self.out / "report.md", self.config, summary, section + "\n\n" + self._delta_section())
+            sections = [section, self._routing_section(), self._delta_section()]
+            write_report(self.out / "report.md", self.config, summary, "\n\n".join(s for s in sections if s))
         return summary
 
+
+    def _routing_section(self) -> str:
+        """Mixture-of-experts routing of the last evaluation batch: load per expert, drops, entropy."""
+        stats = routing_stats(self.model)
+        if not stats:
+            return ""
+        rows = [{"layer": name, "load per expert": " ".join(f"{x:.2f}" for x in s["load"]),
+                 "dropped": s["dropped"], "router entropy": s["entropy"]} for name, s in stats.items()]
+        return "## Expert routing (last evaluation batch)\n\n" + markdown_table(rows)
 
     def _delta_section(self) -> str:
         """The "what changed" analysis of the trained variant, at the size it was trained."""
@@ -264,6 +278,8 @@ class Trainer:
         from zoo.delta_report import render_markdown
 
         c = self.config
+        if c.variant in getattr(self.task, "reference_models", ()):
+            return "## What changed\n\nA reference model outside the zoo (not a Transformer patch): no delta analysis."
         try:
             report = measure(c.variant, self.task.name, c.preset, overrides=self.task.delta_overrides())
         except Exception as error:  # a reporting failure must not cost the finished training run

@@ -28,6 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from core.attention import AttentionKernel
 from core.errors import unknown_name
 from core.parts import PARTS, module_parts, parameters_by_part
+from zoo.moe import active_parameters
 from zoo.registry import Variant, get_variant
 
 
@@ -42,8 +43,12 @@ class TaskShape:
     tokens_per_grow: int = 1  # tokens grow as k ** tokens_per_grow (2 for an image side)
     config_keys: tuple[str, ...] = ()  # shape entries that are config fields: the model is built for them
 
-    def scaled(self, k: int) -> dict[str, int]:
-        return {key: v * k if key in self.grow else v for key, v in self.shape.items()}
+    def for_config(self, config: Any) -> dict[str, int]:
+        """The shape, with the config fields (e.g. the channels of an RGB dataset) as the model was built."""
+        return {**self.shape, **{key: getattr(config, key) for key in self.config_keys}}
+
+    def scaled(self, shape: dict[str, int], k: int) -> dict[str, int]:
+        return {key: v * k if key in self.grow else v for key, v in shape.items()}
 
     def config_overrides(self, shape: dict[str, int]) -> dict[str, int]:
         return {key: shape[key] for key in self.config_keys}
@@ -147,9 +152,10 @@ def flop_profile(model: nn.Module, variant: Variant, config: Any, task: str) -> 
     """FLOPs per part at the task's size, and how attention FLOPs (whole part, and kernel alone) grow at
     1×, 2×, 4× the task's size, with the fitted exponent of the token count N."""
     spec = TASK_SHAPES[task]
+    base = spec.for_config(config)
     by_part, attention, kernel = None, [], []
     for k in SCALES:
-        shape = spec.scaled(k)
+        shape = spec.scaled(base, k)
         if spec.config_keys and k > 1:  # a model built for one image size: rebuild it for this one
             config = dataclasses.replace(config, **spec.config_overrides(shape))
             model = variant.build(config)
@@ -187,7 +193,8 @@ def measure(
     variant, task = resolve(name, task)
     model, classic, config, classic_config = build_pair(name, task, preset, **(overrides or {}))
     spec = TASK_SHAPES[task]
-    inputs = variant.example_input(config, spec.shape)
+    shape = spec.for_config(config)
+    inputs = variant.example_input(config, shape)
     structure = (structure_by_part(classic), structure_by_part(model))
     params = (parameters_by_part(classic), parameters_by_part(model))
     profiles = (flop_profile(classic, variant, classic_config, task), flop_profile(model, variant, config, task))
@@ -215,6 +222,7 @@ def measure(
         })
     totals = {
         "params": {"classic": sum(params[0].values()), "variant": sum(params[1].values())},
+        "active_params": {"classic": active_parameters(classic), "variant": active_parameters(model)},
         "flops": {"classic": sum(flops[0].values()), "variant": sum(flops[1].values())},
     }
     report: dict[str, Any] = {
@@ -222,7 +230,7 @@ def measure(
         "variant": name,
         "task": task,
         "preset": preset or spec.preset or variant.default_preset,
-        "input": {**spec.shape, "description": spec.description},
+        "input": {**shape, "description": spec.description},
         "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
         "changes": [{"part": c.part, "classic": c.classic, "variant": c.variant, "flaw": c.flaw, "scope": c.scope}
                     for c in variant.changes],

@@ -72,5 +72,9 @@ def render_markdown(report: dict[str, Any], heading: str = "#") -> str:
         a = r["activation_bytes"]
         lines.append(f"- activation memory of a training step: classic {_mb(a['classic'])}, "
                      f"variant {_mb(a['variant'])}")
+    active = t.get("active_params")
+    if active and active["variant"] != t["params"]["variant"]:
+        lines.append(f"- parameters used per token (active): classic {active['classic']:,}, variant "
+                     f"{active['variant']:,} of {t['params']['variant']:,} in total (a token runs k of E experts)")
     lines += ["", f"Conventions: {r['conventions']['flops']}; {r['conventions']['memory']}.", ""]
     return "\n".join(lines)

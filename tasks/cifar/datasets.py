@@ -208,13 +208,13 @@ def download_cifar(root: Path, name: str) -> None:
     """Download (or extract an already downloaded archive) into ``root`` with torchvision, MD5-checked."""
     from torchvision.datasets import CIFAR10, CIFAR100
 
-    cls = CIFAR10 if name == "cifar10" else CIFAR100
+    cls, layout = (CIFAR10 if name == "cifar10" else CIFAR100), CIFAR_LAYOUTS[name]
     root.mkdir(parents=True, exist_ok=True)
     try:
         cls(str(root), train=False, download=True)
     except RuntimeError as error:  # torchvision: "Dataset not found or corrupted"
         raise ValueError(f"{name} in {root} is corrupted after download ({error}); delete "
-                         f"{root / CIFAR_LAYOUTS[name].folder} and {root / CIFAR_LAYOUTS[name].archive}, then retry") from None
+                         f"{root / layout.folder} and {root / layout.archive}, then retry") from None
     except OSError as error:  # no network, proxy, disk full
         raise ConnectionError(f"could not download {name} into {root} ({error}); fetch {cls.url} by hand and "
                               f"extract it into {root}") from None
@@ -280,8 +280,8 @@ def load_images(dataset: str = "auto", data: str | Path | None = None, download:
         dataset = detect_dataset(root)
     if dataset == "fmnist":
         if download:
-            raise ValueError("--download fetches CIFAR only; for Fashion-MNIST run "
-                             "`apt-get install dataset-fashion-mnist` and pass --data /usr/share/datasets/fashion-mnist")
+            raise ValueError("--download fetches CIFAR only; for Fashion-MNIST run `apt-get install "
+                             f"dataset-fashion-mnist` and pass --data {DEBIAN_FMNIST}")
         return load_fmnist_idx(root)
     return load_cifar(root, dataset, download)
 

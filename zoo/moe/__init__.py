@@ -1,0 +1,59 @@
+"""Mixture of Experts: the FFN replaced by top-k routed expert FFNs (Switch Transformer, GShard).
+
+What it changed: only the ``ffn`` part. Every other layer's dense FFN becomes a router plus E expert
+FFNs of the same width, each token visiting k of them, so parameters grow E-fold in those layers while
+the compute per token grows only k-fold (the flaw addressed: in the classic model compute is tied to
+parameter count). The price is an auxiliary load-balancing loss, a capacity that may drop tokens, and a
+router to train.
+
+* :mod:`zoo.moe.router` — :class:`TopKRouter` (float32 logits, jitter, top-1/top-2 gates);
+* :mod:`zoo.moe.layer` — :class:`MoEFFN` (capacity, dispatch, side outputs) and the ``"moe"`` FFN type;
+* :mod:`zoo.moe.auxiliary` — :func:`auxiliary_loss`, :func:`routing_stats`, :func:`active_parameters`.
+
+Importing this package registers the FFN type ``"moe"`` (``TransformerConfig(ffn="moe",
+ffn_options={...})``, options in :data:`MOE_OPTIONS`) and the variant ``"moe"`` for translation.
+"""
+
+from core.ffn import register_ffn
+from core.model import PRESETS, Transformer, TransformerConfig
+from zoo.classic import token_inputs
+from zoo.moe.auxiliary import active_parameters, auxiliary_loss, moe_layers, routing_stats
+from zoo.moe.layer import MOE_OPTIONS, MoEFFN, moe_ffn
+from zoo.moe.router import Routing, TopKRouter
+from zoo.registry import Change, Paper, Variant, register
+
+__all__ = ["MOE_OPTIONS", "MoEFFN", "Routing", "TopKRouter", "active_parameters", "auxiliary_loss", "moe_ffn",
+           "moe_layers", "routing_stats"]
+
+SWITCH = Paper(
+    "Switch Transformers: Scaling to Trillion Parameter Models with Simple and Efficient Sparsity",
+    2022,
+    "https://arxiv.org/abs/2101.03961",
+)
+
+register_ffn("moe", moe_ffn)
+
+MOE = register(
+    Variant(
+        name="moe",
+        paper=SWITCH,
+        tasks=("translation",),
+        config_class=TransformerConfig,
+        presets=PRESETS,
+        build=Transformer,
+        changes=(
+            Change(
+                "ffn",
+                "one dense FFN per layer: every token uses all parameters",
+                "top-2 routed mixture of 8 expert FFNs in every other layer",
+                "compute is tied to parameter count",
+                scope="general",
+                revert={"ffn": "dense", "ffn_options": {}},
+            ),
+        ),
+        default_preset="mini",
+        summary="Every other FFN becomes 8 experts; a router sends each token to its top 2.",
+        base_overrides={"ffn": "moe", "ffn_options": dict(MOE_OPTIONS)},
+        example_input=token_inputs,
+    )
+)
