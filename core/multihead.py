@@ -31,17 +31,21 @@ class KVCache:
     """Keys and values already computed by one attention layer during incremental decoding.
 
     For self-attention each step appends the new position; for cross-attention (``static=True``) the
-    encoder memory's keys and values are computed at the first step and reused afterwards.
+    encoder memory's keys and values are computed at the first step and reused afterwards. A recurrent
+    kernel (``kernel.recurrent = True``, e.g. linear attention) stores no keys/values: it keeps a fixed-size
+    summary of the past in ``state`` (a tuple of batch-first tensors) and ``state_length`` counts its positions.
     """
 
     def __init__(self, static: bool = False) -> None:
         self.static = static
         self.k: Tensor | None = None  # (B, H, N, Dh)
         self.v: Tensor | None = None
+        self.state: tuple[Tensor, ...] | None = None
+        self.state_length = 0
 
     @property
     def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
+        return self.state_length if self.k is None else self.k.shape[-2]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store (static) or append (self-attention) the new keys/values; return everything cached."""
@@ -56,6 +60,8 @@ class KVCache:
         """Keep the batch rows in ``index`` (beam search reorders hypotheses every step)."""
         if self.k is not None:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+        if self.state is not None:
+            self.state = tuple(t.index_select(0, index) for t in self.state)
 
 
 class MultiHeadAttention(nn.Module):
@@ -128,6 +134,8 @@ class MultiHeadAttention(nn.Module):
         offset = cache.length if (cache is not None and self_attention) else 0
         if self_attention and self.position is not None:
             q, k = self.position.rotate(q, offset), self.position.rotate(k, offset)
+        if cache is not None and self_attention and getattr(self.kernel, "recurrent", False):
+            return self.out(rearrange(self._recurrent_step(q, k, v, mask, cache), "b h n d -> b n (h d)"))
         if cache is not None:
             k, v = cache.update(k, v)
         batch, _, n_q, _ = q.shape
@@ -137,6 +145,20 @@ class MultiHeadAttention(nn.Module):
         out, weights = self.kernel(q, k, v, mask, bias, is_causal and n_q > 1, self.record_weights)
         self.attention_weights = weights
         return self.out(rearrange(out, "b h n d -> b n (h d)"))  # (B, Nq, D)
+
+    def _recurrent_step(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cache: KVCache) -> Tensor:
+        """Incremental self-attention with a recurrent kernel: ``kernel.step(q, k, v, cache)`` sees only the new
+        positions ``(B, H, Nq, Dh)`` and folds them into ``cache.state`` (O(1) per step instead of a growing
+        cache); it is causal by construction. Returns ``(B, H, Nq, Dh)``."""
+        if mask is not None:
+            raise ValueError(
+                "a recurrent attention kernel decodes with a cache without masks: its state holds exactly the "
+                "positions decoded so far; pass mask=None"
+            )
+        out = self.kernel.step(q, k, v, cache)
+        cache.state_length += q.shape[-2]
+        self.attention_weights = None
+        return out
 
 
 @contextmanager

@@ -57,8 +57,8 @@ def test_classic_layer_parameters_and_flops_match_hand_formulas():
 
 def test_json_schema_is_stable():
     report = measure("rope", "translation", preset="tiny")
-    assert set(report) == {"schema", "variant", "task", "preset", "input", "paper", "changes", "parts", "totals",
-                           "attention_growth", "conventions", "activation_bytes"}
+    assert set(report) == {"schema", "variant", "task", "preset", "input", "paper", "summary", "changes", "parts",
+                           "totals", "attention_growth", "conventions", "activation_bytes"}
     assert report["schema"] == 1
     part = report["parts"][0]
     assert set(part) == {"part", "declared", "measured_change", "structure", "removed", "added", "params", "flops"}

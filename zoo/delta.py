@@ -232,6 +232,7 @@ def measure(
         "preset": preset or spec.preset or variant.default_preset,
         "input": {**shape, "description": spec.description},
         "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
+        "summary": variant.summary,
         "changes": [{"part": c.part, "classic": c.classic, "variant": c.variant, "flaw": c.flaw, "scope": c.scope}
                     for c in variant.changes],
         "parts": parts,

@@ -26,6 +26,8 @@ def render_markdown(report: dict[str, Any], heading: str = "#") -> str:
         f"Paper: [{paper['title']}]({paper['url']}) ({paper['year']}). Task `{r['task']}`, preset "
         f"`{r['preset']}`, measured on {r['input']['description']}.",
         "",
+        r["summary"],
+        "",
     ]
     if not r["changes"]:
         lines += ["This *is* the classic base: nothing to compare.", ""]
