@@ -255,7 +255,7 @@ def test_a_few_steps_reduce_the_loss(tmp_path, stand_in):
 
 
 def test_augmentation_depends_on_seed_epoch_and_image_only(tmp_path):
-    task = make_task(tmp_path)
+    task = make_task(tmp_path, crop_padding=4, flip=True)
     a_offsets, a_flips = task.augmentation(3)
     task.augmentation(4)
     b_offsets, b_flips = task.augmentation(3)

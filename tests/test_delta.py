@@ -61,7 +61,8 @@ def test_json_schema_is_stable():
                            "totals", "attention_growth", "conventions", "activation_bytes"}
     assert report["schema"] == 1
     part = report["parts"][0]
-    assert set(part) == {"part", "declared", "measured_change", "structure", "removed", "added", "params", "flops"}
+    assert set(part) == {"part", "declared", "measured_change", "flops_only", "structure", "removed", "added",
+                         "params", "flops"}
     assert set(part["params"]) == set(part["flops"]) == {"classic", "variant", "delta", "delta_pct"}
     assert part["removed"] == {"SinusoidalPosition": 1} and part["added"] == {"RotaryPosition": 1}
     growth = report["attention_growth"]["classic"]

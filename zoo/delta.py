@@ -205,13 +205,18 @@ def measure(
         removed = dict(structure[0][part] - structure[1][part])
         added = dict(structure[1][part] - structure[0][part])
         status = "replaced" if removed and added else "added" if added else "removed" if removed else "same"
-        differs = status != "same" or params[0][part] != params[1][part] or flops[0][part] != flops[1][part]
-        if not differs and part not in declared:
+        # A part is changed when its modules or parameters differ. FLOPs alone can also move because
+        # another change altered the token count (ViT's [CLS] token adds one token to every attention):
+        # such a part is shown, marked "flops_only", but not counted as changed.
+        changed = status != "same" or params[0][part] != params[1][part]
+        flops_only = not changed and flops[0][part] != flops[1][part]
+        if not (changed or flops_only) and part not in declared:
             continue
         parts.append({
             "part": part,
             "declared": part in declared,
-            "measured_change": differs,
+            "measured_change": changed,
+            "flops_only": flops_only,
             "structure": status,
             "removed": removed,
             "added": added,

@@ -48,7 +48,8 @@ def render_markdown(report: dict[str, Any], heading: str = "#") -> str:
     ]
     for p in r["parts"]:
         lines.append(
-            f"| {p['part']} | {'yes' if p['declared'] else 'no'} | {p['structure']} | {_types(p['removed'])} "
+            f"| {p['part']} | {'yes' if p['declared'] else 'no'} "
+            f"| {'FLOPs only' if p.get('flops_only') else p['structure']} | {_types(p['removed'])} "
             f"| {_types(p['added'])} | {p['params']['classic']:,} | {p['params']['variant']:,} "
             f"| {p['params']['delta']:+,} ({_num(p['params']['delta_pct'])}) | {p['flops']['classic'] / 1e6:.2f} "
             f"| {p['flops']['variant'] / 1e6:.2f} | {_num(p['flops']['delta_pct'])} |"

@@ -153,7 +153,9 @@ class DecoderReadout(nn.Module):
         return x
 
     def forward(self, x: Tensor) -> Tensor:
-        query = self.bos.expand(x.shape[0], -1, -1)  # (B, 1, D)
+        # repeat, not expand: an expanded view of a parameter under no_grad has no grad_fn, which trips
+        # torch's FlopCounterMode module tracker.
+        query = self.bos.repeat(x.shape[0], 1, 1)  # (B, 1, D)
         return self.decoder(query, x, is_causal=False)[:, 0]  # (B, D)
 
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 from core.model import PRESETS, Transformer, TransformerConfig
 from zoo.classic import token_inputs
 from zoo.registry import Change, Paper, Variant, register
+from zoo.vision import image_inputs
+from zoo.vit.config import PRESETS as VIT_PRESETS
+from zoo.vit.config import ViTConfig
+from zoo.vit.model import VisionTransformer
 
 KATHAROPOULOS = Paper(
     "Transformers are RNNs: Fast Autoregressive Transformers with Linear Attention",
@@ -33,6 +37,15 @@ SUMMARY = (
     f"(causal: ≈ {CAUSAL_CROSSOVER_N}); benchmarks/bench_linear.py."
 )
 
+CHANGE = Change(
+    "attention",
+    "softmax(QKᵀ/√d)V, O(N²·d) time and O(N²) memory per head",
+    "φ(Q)(φ(K)ᵀV) with φ = elu+1, O(N·d²)",
+    "quadratic cost in sequence length",
+    scope="general",
+    revert={"kernel": "sdpa", "kernel_options": {}},
+)
+
 LINEAR = register(
     Variant(
         name="linear",
@@ -45,19 +58,27 @@ LINEAR = register(
             "lite": dict(src_vocab=8000, d_model=128, heads=2, encoder_layers=2, decoder_layers=2, d_ff=256),
         },
         build=Transformer,
-        changes=(
-            Change(
-                "attention",
-                "softmax(QKᵀ/√d)V, O(N²·d) time and O(N²) memory per head",
-                "φ(Q)(φ(K)ᵀV) with φ = elu+1, O(N·d²)",
-                "quadratic cost in sequence length",
-                scope="general",
-                revert={"kernel": "sdpa", "kernel_options": {}},
-            ),
-        ),
+        changes=(CHANGE,),
         default_preset="mini",  # the translation task's default size
         summary=SUMMARY,
         base_overrides={"kernel": "linear"},
         example_input=token_inputs,
+    )
+)
+
+# The same kernel in ViT, for the image task: a "lite" ViT (narrow, few heads) with linear attention.
+LINEAR_VIT = register(
+    Variant(
+        name="linear",
+        paper=KATHAROPOULOS,
+        tasks=("cifar",),
+        config_class=ViTConfig,
+        presets={**VIT_PRESETS, "lite": dict(d_model=96, depth=4, heads=2, patch_size=4, mlp_ratio=2.0)},
+        build=VisionTransformer,
+        changes=(CHANGE,),
+        default_preset="cpu",
+        summary=SUMMARY,
+        base_overrides={"kernel": "linear"},
+        example_input=image_inputs,
     )
 )

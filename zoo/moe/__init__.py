@@ -21,6 +21,10 @@ from zoo.moe.auxiliary import active_parameters, auxiliary_loss, moe_layers, rou
 from zoo.moe.layer import MOE_OPTIONS, MoEFFN, moe_ffn
 from zoo.moe.router import Routing, TopKRouter
 from zoo.registry import Change, Paper, Variant, register
+from zoo.vision import image_inputs
+from zoo.vit.config import PRESETS as VIT_PRESETS
+from zoo.vit.config import ViTConfig
+from zoo.vit.model import VisionTransformer
 
 __all__ = ["MOE_OPTIONS", "MoEFFN", "Routing", "TopKRouter", "active_parameters", "auxiliary_loss", "moe_ffn",
            "moe_layers", "routing_stats"]
@@ -33,6 +37,16 @@ SWITCH = Paper(
 
 register_ffn("moe", moe_ffn)
 
+CHANGE = Change(
+    "ffn",
+    "one dense FFN per layer: every token uses all parameters",
+    "top-2 routed mixture of 8 expert FFNs in every other layer",
+    "compute is tied to parameter count",
+    scope="general",
+    revert={"ffn": "dense", "ffn_options": {}},
+)
+SUMMARY = "Every other FFN becomes 8 experts; a router sends each token to its top 2."
+
 MOE = register(
     Variant(
         name="moe",
@@ -41,19 +55,27 @@ MOE = register(
         config_class=TransformerConfig,
         presets=PRESETS,
         build=Transformer,
-        changes=(
-            Change(
-                "ffn",
-                "one dense FFN per layer: every token uses all parameters",
-                "top-2 routed mixture of 8 expert FFNs in every other layer",
-                "compute is tied to parameter count",
-                scope="general",
-                revert={"ffn": "dense", "ffn_options": {}},
-            ),
-        ),
+        changes=(CHANGE,),
         default_preset="mini",
-        summary="Every other FFN becomes 8 experts; a router sends each token to its top 2.",
+        summary=SUMMARY,
         base_overrides={"ffn": "moe", "ffn_options": dict(MOE_OPTIONS)},
         example_input=token_inputs,
+    )
+)
+
+# The same FFN in ViT, for the image task.
+MOE_VIT = register(
+    Variant(
+        name="moe",
+        paper=SWITCH,
+        tasks=("cifar",),
+        config_class=ViTConfig,
+        presets=VIT_PRESETS,
+        build=VisionTransformer,
+        changes=(CHANGE,),
+        default_preset="cpu",
+        summary=SUMMARY,
+        base_overrides={"ffn": "moe", "ffn_options": dict(MOE_OPTIONS)},
+        example_input=image_inputs,
     )
 )

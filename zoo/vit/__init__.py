@@ -49,7 +49,7 @@ CHANGES = (
     Change(
         "stacking",
         "encoder–decoder: a decoder produces the output sequence (here the label as one decoded token)",
-        "encoder only; the class is read from a learned [CLS] token's final state",
+        "encoder only; the class is read from a learned [CLS] token prepended to the patches (N + 1 tokens)",
         "classification needs one output, not a generated sequence: the decoder costs layers for nothing",
         revert={"readout": "decoder"},
     ),

@@ -24,12 +24,13 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor, nn
 
-from core.ffn import PositionwiseFFN
+from core.attention import build_kernel
+from core.ffn import build_ffn
 from core.init import init_weights
 from core.layers import Encoder, EncoderLayer, layer_norm
-from core.model import KERNELS
 from core.multihead import MultiHeadAttention
 from core.position import LearnedPosition, build_position
 from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding, build_readout, check_images
@@ -53,10 +54,9 @@ def resample_positions(table: Tensor, old_grid: tuple[int, int], new_grid: tuple
     if tuple(old_grid) == tuple(new_grid):
         return table
     head, grid = table[:prefix], table[prefix:]  # (prefix, D), (h·w, D)
-    grid = grid.float().reshape(1, *old_grid, -1).permute(0, 3, 1, 2)  # (1, D, h, w)
+    grid = rearrange(grid.float(), "(h w) d -> 1 d h w", h=old_grid[0])  # interpolate wants float32
     grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", antialias=True)  # (1, D, h', w')
-    grid = grid.permute(0, 2, 3, 1).reshape(-1, table.shape[-1]).to(table.dtype)  # (h'·w', D)
-    return torch.cat((head, grid), dim=0)
+    return torch.cat((head, rearrange(grid, "1 d h w -> (h w) d").to(table.dtype)), dim=0)  # (prefix + h'·w', D)
 
 
 class VisionTransformer(nn.Module):
@@ -79,28 +79,25 @@ class VisionTransformer(nn.Module):
             self.tokens: nn.Module = PatchEmbedding(c.patch_size, c.in_channels, c.d_model)
         else:
             self.tokens = PatchVocabularyEmbedding(c.patch_size, c.d_model)
-        self.readout = build_readout(
-            c.readout, c.d_model, c.heads, c.d_ff,
-            **(dict(layers=c.decoder_layers, activation=c.activation, norm_first=c.norm_first, dropout=c.dropout)
-               if c.readout == "decoder" else {}),
-        )
+        # The decoder read-out (the classic topology) follows the model's norm placement and activation.
+        self.readout = build_readout(c.readout, c.d_model, c.heads, c.d_ff, layers=c.decoder_layers,
+                                     activation=c.activation, norm_first=c.norm_first, dropout=c.dropout)
         self.extra_tokens = self.readout.extra_tokens  # [CLS] rows of the position table
         self.position = build_position(c.position, c.d_model, c.heads, max_len=self.extra_tokens + c.grid**2)
         self.dropout = nn.Dropout(c.dropout)
         norm = functools.partial(layer_norm, eps=c.norm_eps)
-        rates = drop_path_rates(c.drop_path, c.depth)
+
+        def attention() -> MultiHeadAttention:
+            kernel = build_kernel(c.kernel, c.attention_dropout, **c.kernel_options)
+            return MultiHeadAttention(c.d_model, c.heads, kernel)
+
+        def ffn(layer: int) -> nn.Module:  # the core's PositionwiseFFN unless a variant registered another type
+            return build_ffn(c.ffn, c.d_model, c.d_ff, c.activation, c.dropout, layer, **c.ffn_options)
+
         self.encoder = Encoder(
             [
-                EncoderLayer(
-                    c.d_model,
-                    MultiHeadAttention(c.d_model, c.heads, KERNELS[c.kernel](c.attention_dropout)),
-                    PositionwiseFFN(c.d_model, c.d_ff, c.activation, c.dropout),
-                    c.dropout,
-                    c.norm_first,
-                    norm,
-                    rate,
-                )
-                for rate in rates
+                EncoderLayer(c.d_model, attention(), ffn(i), c.dropout, c.norm_first, norm, rate)
+                for i, rate in enumerate(drop_path_rates(c.drop_path, c.depth))
             ],
             norm(c.d_model) if c.norm_first else None,
         )
@@ -159,10 +156,10 @@ class VisionTransformer(nn.Module):
             if isinstance(i, bool) or not isinstance(i, int) or not -depth <= i < depth:
                 raise ValueError(f"return_layers holds {i!r}; layer indices must be ints in [{-depth}, {depth})")
             wanted.append(i % depth)
-        outputs = {}
-        for i, layer in enumerate(self.encoder.layers[: max(wanted, default=-1) + 1]):
+        outputs = []
+        for layer in self.encoder.layers[: max(wanted, default=-1) + 1]:  # no layer past the last one asked
             x = layer(x)  # (B, T, D)
-            outputs[i] = x
+            outputs.append(x)
         return [outputs[i] for i in wanted]
 
     def forward(self, images: Tensor) -> Tensor:

@@ -34,7 +34,9 @@ _RENAMES = (
 
 
 def _check_timm_compatible(config: ViTConfig) -> None:
-    needs = {"tokens": "patch", "position": "learned", "norm_first": True}
+    needs = {"tokens": "patch", "position": "learned", "norm_first": True, "ffn": "dense"}
+    if config.kernel not in ("sdpa", "reference"):
+        needs["kernel"] = "sdpa"
     for name, value in needs.items():
         if getattr(config, name) != value:
             raise ValueError(
@@ -42,7 +44,9 @@ def _check_timm_compatible(config: ViTConfig) -> None:
                 f"use {name}={value!r}"
             )
     if config.readout not in ("cls", "mean"):
-        raise ValueError(f"timm's VisionTransformer has no counterpart of readout={config.readout!r}; use 'cls' or 'mean'")
+        raise ValueError(
+            f"timm's VisionTransformer has no counterpart of readout={config.readout!r}; use 'cls' or 'mean'"
+        )
 
 
 def timm_kwargs(config: ViTConfig) -> dict[str, Any]:
