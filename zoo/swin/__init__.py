@@ -1,1 +1,96 @@
-"""Swin Transformer (Liu et al. 2021) as a patch on the classic Transformer."""
+"""Swin Transformer (Liu et al. 2021) as a patch on the classic Transformer.
+
+One idea per file: :mod:`~zoo.swin.windows` (partition, reverse, cyclic shift, shift mask),
+:mod:`~zoo.swin.relative_position` (learned relative position bias), :mod:`~zoo.swin.attention`
+(the window-attention kernel), :mod:`~zoo.swin.merging` (patch merging), :mod:`~zoo.swin.config`
+(config, stage geometry, presets), :mod:`~zoo.swin.model` (the model), :mod:`~zoo.swin.timm_weights`
+(copying timm's weights, for the equivalence tests).
+"""
+
+from zoo.registry import Change, Paper, Variant, register
+from zoo.swin.attention import WindowAttention
+from zoo.swin.config import DEFAULT_PRESET, PRESETS, SwinConfig
+from zoo.swin.merging import PatchMerging
+from zoo.swin.model import SwinTransformer
+from zoo.swin.relative_position import RelativePositionBias
+from zoo.swin.timm_weights import load_timm_weights, timm_kwargs
+from zoo.vision import image_inputs
+
+PAPER = Paper("Swin Transformer: Hierarchical Vision Transformer using Shifted Windows", 2021,
+              "https://arxiv.org/abs/2103.14030")
+
+CHANGES = (
+    Change(
+        "attention",
+        "global softmax attention over all tokens",
+        "softmax attention inside W×W windows, shifted by W/2 every other block (W-MSA / SW-MSA)",
+        "quadratic cost in the number of tokens, prohibitive at the token counts of dense vision tasks",
+        revert={"window_size": None},
+    ),
+    Change(
+        "position",
+        "absolute sinusoids added to the embeddings once",
+        "a learned bias per relative offset inside the window, added to the scores in every block",
+        "absolute positions carry no translation invariance; what matters in an image is relative layout",
+        revert={"position": "sinusoidal"},
+    ),
+    Change(
+        "stacking",
+        "isotropic stack at one resolution and width, label read out by an encoder–decoder",
+        "a hierarchy of stages (Swin-T: 4, at 1/4 … 1/32 of the image) with patch merging, global average pooling",
+        "single scale: no multi-scale feature maps for dense prediction, and every layer pays full resolution",
+        scope="task-specific",
+        revert={"hierarchy": False, "readout": "decoder"},
+    ),
+    Change(
+        "head",
+        "classifier on the model width D",
+        "classifier on the last stage's width 2^(S−1)·D, which the hierarchy makes wider",
+        "none of its own: it follows from the hierarchy, whose last stage the classifier reads (declared so that the "
+        "measured head difference is accounted for)",
+        scope="task-specific",
+        revert={"hierarchy": False},
+    ),
+    Change(
+        "embedding",
+        "each token a symbol looked up in a vocabulary",
+        "linear projection of each P×P patch, then LayerNorm",
+        "a discrete vocabulary of patch symbols throws away the pixels' detail",
+        scope="task-specific",
+        revert={"tokens": "vocabulary"},
+    ),
+    Change(
+        "norm",
+        "Post-LN: x = LN(x + Sublayer(x))",
+        "Pre-LN: x = x + Sublayer(LN(x)), final LN",
+        "Post-LN gradients near the output are large at initialisation, so deep stacks need a careful warm-up",
+        revert={"norm_first": False},
+    ),
+    Change(
+        "ffn",
+        "ReLU",
+        "GELU",
+        "ReLU's hard zero discards negative inputs and their gradient",
+        revert={"activation": "relu"},
+    ),
+)
+
+VARIANT = register(
+    Variant(
+        name="swin",
+        paper=PAPER,
+        tasks=("cifar",),
+        config_class=SwinConfig,
+        presets=PRESETS,
+        build=SwinTransformer,
+        changes=CHANGES,
+        default_preset=DEFAULT_PRESET,
+        summary="Shifted-window attention with relative position bias in a 4-stage hierarchy with patch merging.",
+        example_input=image_inputs,
+    )
+)
+
+__all__ = [
+    "PAPER", "PRESETS", "VARIANT", "PatchMerging", "RelativePositionBias", "SwinConfig", "SwinTransformer",
+    "WindowAttention", "load_timm_weights", "timm_kwargs",
+]

@@ -8,9 +8,11 @@ edge are masked out of each other's windows.
 Only *where* attention looks changes. The projections, the head split and the output projection stay the
 core :class:`~core.multihead.MultiHeadAttention`'s; this kernel receives its per-head ``q, k, v`` for the
 whole token map. Rolling q, k and v is the same as rolling the tokens before projecting them, since the
-projections act on each token alone. The softmax itself is delegated to a core kernel
-(:class:`~core.attention.ScaledDotProductAttention` or :class:`~core.attention.ReferenceAttention`), which
-accepts the window axis as one more batch axis.
+projections act on each token alone. The roll and the window partition are one fixed permutation of the
+tokens, computed once from :func:`~zoo.swin.windows.cyclic_shift` and :func:`~zoo.swin.windows.window_partition`
+and applied as a single gather (one copy of each tensor instead of two); the reverse is the inverse
+permutation. The softmax itself is delegated to a core kernel (:class:`~core.attention.ScaledDotProductAttention`
+or :class:`~core.attention.ReferenceAttention`), which accepts the window axis as one more batch axis.
 
 Shape legend: B batch, H heads, Hr×Wr token map, N = Hr·Wr, W window side, nW windows, Dh head width.
 """
@@ -22,13 +24,7 @@ from torch import Tensor
 from core.attention import AttentionKernel, ScaledDotProductAttention
 from core.errors import check_positive
 from zoo.swin.relative_position import RelativePositionBias
-from zoo.swin.windows import (
-    cyclic_shift,
-    shifted_window_mask,
-    window_partition,
-    window_reverse,
-    window_token_index,
-)
+from zoo.swin.windows import shifted_window_mask, window_token_index
 
 
 class WindowAttention(AttentionKernel):
@@ -81,7 +77,10 @@ class WindowAttention(AttentionKernel):
         self.kernel = kernel if kernel is not None else ScaledDotProductAttention()
         mask = shifted_window_mask(self.resolution, window, shift)
         self.register_buffer("shift_mask", mask, persistent=False)  # (nW, W·W, W·W) bool, or None
-        self.register_buffer("token_index", window_token_index(self.resolution, window, shift), persistent=False)
+        # token_index[w, i]: the map position of the token that the roll puts in slot i of window w
+        token_index = window_token_index(self.resolution, window, shift)  # (nW, W·W)
+        self.register_buffer("token_index", token_index, persistent=False)
+        self.register_buffer("map_index", token_index.flatten().argsort(), persistent=False)  # (N,): the inverse
 
     @property
     def tokens(self) -> int:
@@ -112,13 +111,13 @@ class WindowAttention(AttentionKernel):
                 f"tokens, got {q.shape[-2]} queries and {k.shape[-2]} keys"
             )
 
-        def windows(x: Tensor) -> Tensor:
-            return window_partition(cyclic_shift(x, self.resolution, -self.shift), self.resolution, self.window)
+        def windows(x: Tensor) -> Tensor:  # roll by −shift, then partition: (B, H, N, Dh) -> (B, H, nW, W·W, Dh)
+            return x.index_select(-2, self.token_index.flatten()).unflatten(-2, self.token_index.shape)
 
         out, weights = self.kernel(windows(q), windows(k), windows(v), None, self.window_bias(q.dtype), False,
                                    need_weights)  # (B, H, nW, W·W, Dh)
-        out = cyclic_shift(window_reverse(out, self.resolution, self.window), self.resolution, self.shift)
-        return out, (None if weights is None else self.full_map(weights))  # (B, H, N, Dh)
+        out = out.flatten(-3, -2).index_select(-2, self.map_index)  # reverse, roll back: (B, H, N, Dh)
+        return out, (None if weights is None else self.full_map(weights))
 
     def full_map(self, weights: Tensor) -> Tensor:
         """Per-window weights ``(B, H, nW, W·W, W·W)`` -> ``(B, H, N, N)`` on the unshifted map."""
