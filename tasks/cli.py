@@ -19,8 +19,12 @@ def variant_rows(task: str | None = None) -> list[dict]:
     import zoo
 
     rows = []
-    for name in zoo.list_variants(task):
-        variant = zoo.get_variant(name)
+    from zoo.registry import registrations
+
+    for variant in [v for n in zoo.list_variants(task) for v in registrations(n)]:  # a name may serve several tasks
+        if task is not None and task not in variant.tasks:
+            continue
+        name = variant.name
         params = {}
         for preset in variant.presets:
             with torch.device("meta"):  # shapes only: no memory, no initialisation cost

@@ -116,6 +116,12 @@ def get_variant(name: str, task: str | None = None) -> Variant:
     )
 
 
+def registrations(name: str) -> list[Variant]:
+    """Every registration of variant ``name`` (one per set of tasks)."""
+    get_variant(name)
+    return list(_REGISTRY[name])
+
+
 def tasks_of(name: str) -> list[str]:
     """Every task variant ``name`` runs on, over all its registrations."""
     get_variant(name)

@@ -12,7 +12,8 @@ model selection).
 Training: AdamW (no weight decay on biases and norm gains) with linear warm-up over ``--warmup`` steps to
 ``--lr``, then cosine decay to zero; label smoothing; optional per-image random crop (``--crop-padding``) and
 horizontal flip (``--flip``), usable on every dataset — a mirrored shirt, shoe or bag is still one, so
-flips preserve Fashion-MNIST's labels as they do CIFAR's. Both are off by default (see the config). The augmentation of image ``i`` in epoch ``e`` is a function
+flips preserve Fashion-MNIST's labels as they do CIFAR's. Both are off by default (see the config).
+The augmentation of image ``i`` in epoch ``e`` is a function
 of (seed, e, i) alone, so a resumed or distributed run sees exactly the images of an uninterrupted one.
 """
 
