@@ -29,3 +29,10 @@ def check_probability(name: str, value: object) -> None:
         raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__} {value!r}")
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value}")
+
+
+def check_choices(owner: str, choices: Iterable[tuple[str, object, Iterable[str]]]) -> None:
+    """Raise a "did you mean" ValueError for the first ``(kind, value, known)`` whose value is not known."""
+    for kind, value, known in choices:
+        if value not in known:
+            raise unknown_name(f"{kind} choice of {owner}", value, known)

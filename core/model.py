@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from core.attention import KERNELS, build_kernel
 from core.embedding import TokenEmbedding, check_token_ids
-from core.errors import check_positive, check_probability, unknown_name
+from core.errors import check_choices, check_positive, check_probability, unknown_name
 from core.ffn import ACTIVATIONS, FFN_TYPES, build_ffn
 from core.init import INIT_SCHEMES, init_weights
 from core.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, layer_norm
@@ -65,15 +65,13 @@ class TransformerConfig:
                 f"d_model={self.d_model} is not divisible by heads={self.heads}; "
                 "choose heads that divide d_model"
             )
-        for name, value, known in (
+        check_choices("TransformerConfig", (
             ("activation", self.activation, ACTIVATIONS),
             ("positional scheme", self.position, POSITIONAL_SCHEMES),
             ("attention kernel", self.kernel, KERNELS),
             ("ffn type", self.ffn, FFN_TYPES),
             ("init scheme", self.init, INIT_SCHEMES),
-        ):
-            if value not in known:
-                raise unknown_name(name, value, known)
+        ))
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
             raise ValueError(
                 f"share_embeddings=True needs one vocabulary, got src_vocab={self.src_vocab} and "

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from core.attention import KERNELS
-from core.errors import check_positive, check_probability, unknown_name
+from core.errors import check_choices, check_positive, check_probability
 from core.ffn import ACTIVATIONS
 from zoo.vision import check_image_geometry
 
@@ -104,15 +104,13 @@ class SwinConfig:
         for name in ("hierarchy", "norm_first"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
-        for kind, value, known in (
+        check_choices("SwinConfig", (
             ("kernel", self.kernel, KERNELS),
             ("tokens", self.tokens, TOKENIZERS),
             ("position", self.position, POSITIONS),
             ("activation", self.activation, ACTIVATIONS),
             ("readout", self.readout, READOUTS),
-        ):
-            if value not in known:
-                raise unknown_name(f"{kind} choice of SwinConfig", value, known)
+        ))
         self.stages()  # validates resolutions, windows and heads per stage
 
     def _int_tuple(self, name: str) -> tuple[int, ...]:

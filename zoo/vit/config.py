@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.attention import KERNELS
-from core.errors import check_positive, check_probability, unknown_name
+from core.errors import check_choices, check_positive, check_probability
 from core.ffn import ACTIVATIONS, FFN_TYPES
 from zoo.vision import READOUTS, check_image_geometry
 
@@ -86,16 +86,14 @@ class ViTConfig:
         for name in ("kernel_options", "ffn_options"):
             if not isinstance(getattr(self, name), dict):
                 raise TypeError(f"{name} must be a dict of keyword arguments, got {getattr(self, name)!r}")
-        for kind, value, known in (
+        check_choices("ViTConfig", (
             ("attention kernel", self.kernel, KERNELS),
             ("ffn type", self.ffn, FFN_TYPES),
             ("tokens", self.tokens, TOKENIZERS),
             ("position", self.position, POSITIONS),
             ("activation", self.activation, ACTIVATIONS),
             ("readout", self.readout, READOUTS),
-        ):
-            if value not in known:
-                raise unknown_name(f"{kind} choice of ViTConfig", value, known)
+        ))
 
     @property
     def d_ff(self) -> int:
