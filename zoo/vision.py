@@ -29,6 +29,11 @@ from core.layers import Decoder, DecoderLayer, layer_norm
 from core.multihead import MultiHeadAttention
 
 
+def drop_path_rates(max_rate: float, depth: int) -> list[float]:
+    """Stochastic-depth rate of each layer: linear from 0 at the first layer to ``max_rate`` at the last (timm)."""
+    return [max_rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
+
+
 def check_image_geometry(image_size: int, patch_size: int, in_channels: int) -> None:
     """Validate that ``patch_size`` divides ``image_size``; clear errors otherwise."""
     check_positive("image_size", image_size)

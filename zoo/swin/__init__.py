@@ -85,7 +85,7 @@ VARIANT = register(
         build=SwinTransformer,
         changes=CHANGES,
         default_preset=DEFAULT_PRESET,
-        summary="Shifted-window attention with relative position bias in a 4-stage hierarchy with patch merging.",
+        summary="Shifted-window attention with relative position bias, in stages joined by patch merging.",
         example_input=image_inputs,
     )
 )

@@ -36,12 +36,7 @@ from zoo.swin.attention import WindowAttention
 from zoo.swin.config import Stage, SwinConfig
 from zoo.swin.merging import PatchMerging
 from zoo.swin.relative_position import RelativePositionBias
-from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding, build_readout, check_images
-
-
-def drop_path_rates(max_rate: float, blocks: int) -> list[float]:
-    """Stochastic-depth rate of each block over the whole network: linear from 0 to ``max_rate`` (timm's rule)."""
-    return [max_rate * i / (blocks - 1) if blocks > 1 else 0.0 for i in range(blocks)]
+from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding, build_readout, check_images, drop_path_rates
 
 
 class SwinTransformer(nn.Module):

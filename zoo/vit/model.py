@@ -33,15 +33,8 @@ from core.init import init_weights
 from core.layers import Encoder, EncoderLayer, layer_norm
 from core.multihead import MultiHeadAttention
 from core.position import LearnedPosition, build_position
-from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding, build_readout, check_images
+from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding, build_readout, check_images, drop_path_rates
 from zoo.vit.config import ViTConfig
-
-
-def drop_path_rates(max_rate: float, depth: int) -> list[float]:
-    """Stochastic-depth rate of each layer: linear from 0 at the first layer to ``max_rate`` at the last."""
-    if depth == 1:
-        return [0.0]
-    return [max_rate * i / (depth - 1) for i in range(depth)]
 
 
 def resample_positions(table: Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], prefix: int) -> Tensor:
