@@ -341,3 +341,14 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert "Did you mean 'resnet18'" in capsys.readouterr().err
     assert main(["train", "cifar", "--valid-fraction", "0.6", "--out", str(tmp_path / "z")]) == 2
     assert "valid_fraction" in capsys.readouterr().err
+
+
+def test_compare_row_of_the_reference_cnn(tmp_path):
+    from tasks.compare import Entry, _parts_and_flops
+    from tasks.trainer import Trainer
+
+    trainer = Trainer(CifarTask, CifarConfig(variant="resnet18", epochs=1, out=str(tmp_path / "r"), progress=False))
+    trainer.task.setup()
+    trainer.model = trainer.task.build_model()
+    parts, flops = _parts_and_flops(Entry("resnet18", "resnet18"), "cifar", trainer)
+    assert parts.startswith("(reference CNN") and 1e9 < flops < 2e9  # ResNet-18 at 32×32: ~1.1 GFLOPs
