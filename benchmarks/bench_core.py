@@ -127,6 +127,18 @@ def timed_row(name: str, samples: tuple[list[float], list[float]], target: float
     return Row(name, statistics.median(ours), statistics.median(peer), "ms", target, spread)
 
 
+def summarise(rows: list[Row], start: float) -> None:
+    """The closing lines of every benchmark script: load warning, noisy rows, targets missed, total time."""
+    check_load(torch.get_num_threads() + 1)  # + 1: this process itself, which just left the CPUs
+    noisy = [row.name for row in rows if row.spread is not None and row.spread > NOISY]
+    if noisy:
+        print(f"NOTE: IQR > {NOISY:.0%} (noisy timings, rerun on a quiet machine): {'; '.join(noisy)}")
+    misses = [row.name for row in rows if row.target is not None and row.ratio > row.target]
+    listed = ": " + "; ".join(misses) if misses else ""
+    targets = sum(row.target is not None for row in rows)
+    print(f"\n{len(misses)} of {targets} targets missed{listed}; total {time.perf_counter() - start:.0f} s")
+
+
 def train_step(loss_fn: Callable[[], Tensor], module: nn.Module, inputs: tuple[Tensor, ...] = ()) -> Step:
     """A step that clears the gradients of ``module`` and ``inputs``, then runs forward + backward."""
     params = [p for p in module.parameters() if p.requires_grad] + [t for t in inputs if t.requires_grad]
@@ -429,14 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     rows = run_all(args)
-    check_load(torch.get_num_threads() + 1)  # + 1: this process itself, which just left the CPUs
-    noisy = [row.name for row in rows if row.spread is not None and row.spread > NOISY]
-    if noisy:
-        print(f"NOTE: IQR > {NOISY:.0%} (noisy timings, rerun on a quiet machine): {'; '.join(noisy)}")
-    misses = [row.name for row in rows if row.target is not None and row.ratio > row.target]
-    listed = ": " + "; ".join(misses) if misses else ""
-    targets = sum(row.target is not None for row in rows)
-    print(f"\n{len(misses)} of {targets} targets missed{listed}; total {time.perf_counter() - start:.0f} s")
+    summarise(rows, start)
     return 0
 
 

@@ -39,7 +39,7 @@ import time
 import warnings
 
 import torch
-from bench_core import HEADER, NOISY, Row, check_load, print_row, time_pair, timed_row, train_step
+from bench_core import HEADER, Row, print_row, summarise, time_pair, timed_row, train_step
 from torch import Tensor
 
 from core.ffn import PositionwiseFFN
@@ -92,14 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     print("IQR: the larger interquartile range / median of the two timings (noise)\n")
     print(HEADER + "\n" + "-" * len(HEADER))
     rows = [print_row(*bench_moe(dropless, warmup, rounds)) for dropless in (True, False)]
-    check_load(torch.get_num_threads() + 1)  # + 1: this process itself, which just left the CPUs
-    noisy = [row.name for row in rows if row.spread is not None and row.spread > NOISY]
-    if noisy:
-        print(f"NOTE: IQR > {NOISY:.0%} (noisy timings, rerun on a quiet machine): {'; '.join(noisy)}")
-    misses = [row.name for row in rows if row.target is not None and row.ratio > row.target]
-    listed = ": " + "; ".join(misses) if misses else ""
-    targets = sum(row.target is not None for row in rows)
-    print(f"\n{len(misses)} of {targets} targets missed{listed}; total {time.perf_counter() - start:.0f} s")
+    summarise(rows, start)
     return 0
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from bench_core import HEADER, NOISY, Row, check_load, print_row, time_pair, timed_row
+from bench_core import HEADER, Row, print_row, summarise, time_pair, timed_row
 from torch import Tensor, nn
 
 from zoo.vit import VisionTransformer, ViTConfig, load_timm_weights, timm_kwargs
@@ -121,13 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
     start = time.perf_counter()
     rows = run_all(args)
-    check_load(torch.get_num_threads() + 1)  # + 1: this process itself, which just left the CPUs
-    noisy = [row.name for row in rows if row.spread is not None and row.spread > NOISY]
-    if noisy:
-        print(f"NOTE: IQR > {NOISY:.0%} (noisy timings, rerun on a quiet machine): {'; '.join(noisy)}")
-    misses = [row.name for row in rows if row.target is not None and row.ratio > row.target]
-    listed = ": " + "; ".join(misses) if misses else ""
-    print(f"\n{len(misses)} of {len(rows)} targets missed{listed}; total {time.perf_counter() - start:.0f} s")
+    summarise(rows, start)
     return 0
 
 
