@@ -1,0 +1,307 @@
+"""Per-organ 3D Dice and HD95 under two declared conventions.
+
+``"papers"`` reproduces the evaluation code of the Synapse papers (TransUNet, Swin-Unet, MISSFormer:
+``test_single_volume`` -> ``calculate_metric_percase`` -> medpy's ``binary.dc`` and ``binary.hd95`` with no
+voxel spacing). Its HD95 is in voxels, pools the surface distances of both directions before taking the
+95th percentile, and scores the empty-mask cases with the papers' rules: a prediction of an organ that is
+absent from the ground truth scores (Dice 1, HD95 0); an empty prediction scores (0, 0), even when the
+organ is absent too.
+
+``"mm"`` is the honest variant: distances in millimetres from the voxel spacing, the same pooled
+percentile, an organ absent from both masks is left out of the averages (NaN), and a missed organ or a
+false positive scores Dice 0 and the volume's diagonal as HD95 (the worst distance the volume allows).
+
+MONAI's ``HausdorffDistanceMetric(percentile=95)`` takes the percentile of each direction and then the
+maximum (``hd95(..., pooled=False)`` here) and gives NaN/inf on empty masks, so it does not reproduce the
+papers' figures; its ``DiceMetric`` does.
+
+Shape legend: ``D, H, W`` slices, rows, columns of a volume; ``K`` classes including background 0;
+``S`` surface voxels.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import ndimage
+
+from core.errors import unknown_name
+
+CONVENTIONS = {
+    "papers": "Synapse papers' code (medpy dc/hd95): HD95 in voxels without spacing, surface distances of both "
+              "directions pooled before the 95th percentile; organ absent but predicted -> (Dice 1, HD95 0), "
+              "empty prediction -> (0, 0)",
+    "mm": "spacing-aware: HD95 in mm, both directions pooled before the 95th percentile; organ absent from both "
+          "masks -> left out of the averages; missed organ or false positive -> Dice 0, HD95 = volume diagonal",
+}
+STATUSES = ("present", "absent", "missed", "false positive")
+
+
+def _check_convention(convention: str) -> None:
+    if convention not in CONVENTIONS:
+        raise unknown_name("HD95/Dice convention", convention, CONVENTIONS)
+
+
+def _check_same_shape(pred: np.ndarray, gt: np.ndarray) -> None:
+    if pred.shape != gt.shape:
+        raise ValueError(f"pred and gt must have the same shape, got pred {pred.shape} and gt {gt.shape}")
+
+
+def resolve_spacing(spacing: Sequence[float] | None, ndim: int) -> tuple[tuple[float, ...], bool]:
+    """The voxel spacing as ``ndim`` positive floats, and whether it was assumed (1 per axis, ``spacing=None``).
+
+    The flag lets a report say "HD95 in voxels, 1 mm assumed" instead of passing voxels off as millimetres.
+
+    Shape:
+        spacing (ndim,) in the axis order of the array, e.g. (z, y, x) for a (D, H, W) volume.
+    """
+    if spacing is None:
+        return (1.0,) * ndim, True
+    values = tuple(float(s) for s in np.atleast_1d(np.asarray(spacing, dtype=float)))
+    if len(values) != ndim:
+        raise ValueError(f"spacing must have one value per axis ({ndim}), got {spacing!r}")
+    if not all(math.isfinite(s) and s > 0 for s in values):
+        raise ValueError(f"spacing must be positive and finite, got {spacing!r}")
+    return values, False
+
+
+def dice(pred: np.ndarray, gt: np.ndarray) -> float:
+    """Dice coefficient 2|A∩B| / (|A| + |B|) of two boolean masks; NaN when both are empty (undefined).
+
+    The conventions' empty-mask rules live in :func:`organ_scores`, not here.
+
+    Shape:
+        pred, gt (*) same shape, any dimensionality; nonzero = inside.
+    """
+    pred, gt = np.asarray(pred, dtype=bool), np.asarray(gt, dtype=bool)
+    _check_same_shape(pred, gt)
+    total = int(np.count_nonzero(pred)) + int(np.count_nonzero(gt))
+    if total == 0:
+        return math.nan
+    return 2.0 * int(np.count_nonzero(pred & gt)) / total
+
+
+def _crop_to_union(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both masks cut to the bounding box of their union plus one voxel where the array allows.
+
+    Exact, only faster: every surface voxel of either mask lies inside the box, so the distance transform
+    finds the same nearest voxels; the one-voxel margin of background keeps the erosion at the box edge what
+    it was, and where the box meets the array edge the erosion sees the same border as before.
+    """
+    box = ndimage.find_objects((a | b).astype(np.uint8))[0]
+    box = tuple(slice(max(s.start - 1, 0), min(s.stop + 1, n)) for s, n in zip(box, a.shape))
+    return a[box], b[box]
+
+
+def _surface(mask: np.ndarray) -> np.ndarray:
+    """The voxels of ``mask`` with a face-neighbour outside it: mask XOR its erosion (connectivity 1).
+
+    As in medpy, the erosion treats everything beyond the array edge as background (scipy's default
+    ``border_value=0``), so a mask touching the edge has its edge voxels on the surface.
+    """
+    structure = ndimage.generate_binary_structure(mask.ndim, 1)
+    return mask ^ ndimage.binary_erosion(mask, structure=structure)
+
+
+def _directed_distances(a: np.ndarray, b: np.ndarray, spacing: Sequence[float] | None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Distances from a's surface voxels to b's surface, and from b's to a's.
+
+    Shape:
+        a, b (*) non-empty boolean masks -> (S_a,), (S_b,) float64.
+    """
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    _check_same_shape(a, b)
+    sampling, _ = resolve_spacing(spacing, a.ndim)
+    for name, mask in (("a", a), ("b", b)):
+        if not mask.any():
+            raise ValueError(f"surface distances need two non-empty masks; mask {name} is empty "
+                             "(organ_scores applies each convention's empty-mask rule)")
+    a, b = _crop_to_union(a, b)
+    surface_a, surface_b = _surface(a), _surface(b)
+    # The distance transform measures the distance to the nearest zero, so the target surface is the zero set.
+    a_to_b = ndimage.distance_transform_edt(~surface_b, sampling=sampling)[surface_a]
+    b_to_a = ndimage.distance_transform_edt(~surface_a, sampling=sampling)[surface_b]
+    return a_to_b, b_to_a
+
+
+def surface_distances(a: np.ndarray, b: np.ndarray, spacing: Sequence[float] | None = None) -> np.ndarray:
+    """The distance from each surface voxel of ``a`` to the nearest surface voxel of ``b`` (medpy's definition).
+
+    Args:
+        a, b: non-empty masks of the same shape; nonzero = inside.
+        spacing: voxel size per axis (e.g. mm as (z, y, x)); ``None`` measures in voxels.
+
+    Shape:
+        a, b (*) -> (S_a,) float64, in the order of a's surface voxels in C order.
+    """
+    return _directed_distances(a, b, spacing)[0]
+
+
+def hd95(pred: np.ndarray, gt: np.ndarray, spacing: Sequence[float] | None = None, pooled: bool = True) -> float:
+    """95th percentile Hausdorff distance between two non-empty masks.
+
+    Args:
+        pred, gt: non-empty masks of the same shape.
+        spacing: voxel size per axis; ``None`` measures in voxels (the papers' choice).
+        pooled: ``True`` (medpy, the papers): the distances of both directions are concatenated before the
+            95th percentile. ``False`` (MONAI's ``HausdorffDistanceMetric(percentile=95)``): the 95th
+            percentile of each direction, then the larger of the two. Both use numpy's linear interpolation.
+
+    Shape:
+        pred, gt (*) same shape, any dimensionality.
+    """
+    pred_to_gt, gt_to_pred = _directed_distances(pred, gt, spacing)
+    if pooled:
+        return float(np.percentile(np.concatenate([pred_to_gt, gt_to_pred]), 95))
+    return float(max(np.percentile(pred_to_gt, 95), np.percentile(gt_to_pred, 95)))
+
+
+def diagonal(shape: Sequence[int], spacing: Sequence[float] | None = None) -> float:
+    """The largest distance between two voxel centres of a volume: the "mm" convention's penalty."""
+    sampling, _ = resolve_spacing(spacing, len(shape))
+    return float(math.sqrt(sum(((n - 1) * s) ** 2 for n, s in zip(shape, sampling))))
+
+
+def organ_scores(pred: np.ndarray, gt: np.ndarray, convention: str = "papers",
+                 spacing: Sequence[float] | None = None) -> tuple[float, float]:
+    """(Dice, HD95) of one organ's masks with the convention's empty-mask rules.
+
+    The "papers" convention measures in voxels whatever ``spacing`` says (it is accepted so that a caller
+    can pass the same arguments for both conventions). Under "mm", ``spacing=None`` means 1 mm per voxel:
+    see :func:`resolve_spacing` for the flag a report should show.
+
+    Shape:
+        pred, gt (*) boolean masks of the same shape.
+    """
+    _check_convention(convention)
+    pred, gt = np.asarray(pred, dtype=bool), np.asarray(gt, dtype=bool)
+    _check_same_shape(pred, gt)
+    resolve_spacing(spacing, pred.ndim)  # validated under both conventions, before any early return
+    in_pred, in_gt = bool(pred.any()), bool(gt.any())
+    if convention == "papers":
+        if in_pred and in_gt:
+            return dice(pred, gt), hd95(pred, gt)
+        # calculate_metric_percase: a prediction without ground truth is rewarded, an empty one scores 0.
+        return (1.0, 0.0) if in_pred else (0.0, 0.0)
+    if in_pred and in_gt:
+        return dice(pred, gt), hd95(pred, gt, spacing)
+    if not in_pred and not in_gt:
+        return math.nan, math.nan
+    return 0.0, diagonal(pred.shape, spacing)
+
+
+def _check_label_volume(name: str, volume: np.ndarray, num_classes: int) -> None:
+    if volume.dtype == bool or not np.issubdtype(volume.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer label volume, got dtype {volume.dtype}")
+    if volume.size:
+        low, high = int(volume.min()), int(volume.max())
+        if low < 0 or high >= num_classes:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} holds label {bad}, outside 0..{num_classes - 1} (num_classes={num_classes})")
+
+
+def _check_labels(pred: np.ndarray, gt: np.ndarray, num_classes: int) -> None:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+        raise ValueError(f"num_classes must be an int >= 2 (background + organs), got {num_classes!r}")
+    _check_same_shape(pred, gt)
+    _check_label_volume("pred", pred, num_classes)
+    _check_label_volume("gt", gt, num_classes)
+
+
+def case_scores(pred: np.ndarray, gt: np.ndarray, num_classes: int, convention: str = "papers",
+                spacing: Sequence[float] | None = None) -> dict[int, tuple[float, float]]:
+    """(Dice, HD95) of every organ 1..K-1 of one case, as the papers' ``test_single_volume`` lists them.
+
+    Shape:
+        pred, gt (D, H, W) integer labels in 0..K-1 (any dimensionality works); spacing (z, y, x).
+    """
+    _check_convention(convention)
+    pred, gt = np.asarray(pred), np.asarray(gt)
+    _check_labels(pred, gt, num_classes)
+    resolve_spacing(spacing, pred.ndim)
+    return {k: organ_scores(pred == k, gt == k, convention, spacing) for k in range(1, num_classes)}
+
+
+def case_status(pred: np.ndarray, gt: np.ndarray, num_classes: int) -> dict[int, str]:
+    """Which empty-mask case each organ 1..K-1 falls in: one of :data:`STATUSES`.
+
+    "present" (in the ground truth and the prediction), "absent" (in neither), "missed" (ground truth only),
+    "false positive" (prediction only). :func:`summarise` counts them so a report can say how many scores
+    came from a rule rather than from a measurement.
+
+    Shape:
+        pred, gt (D, H, W) integer labels in 0..K-1.
+    """
+    pred, gt = np.asarray(pred), np.asarray(gt)
+    _check_labels(pred, gt, num_classes)
+    in_pred = np.bincount(pred.ravel(), minlength=num_classes) > 0  # (K,)
+    in_gt = np.bincount(gt.ravel(), minlength=num_classes) > 0  # (K,)
+    names = {(True, True): "present", (False, False): "absent", (False, True): "missed",
+             (True, False): "false positive"}
+    return {k: names[bool(in_pred[k]), bool(in_gt[k])] for k in range(1, num_classes)}
+
+
+def _json_float(value: float) -> float | None:
+    """NaN (nothing to average) becomes ``None``, which JSON can hold."""
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def summarise(per_case: dict[str, dict[int, tuple[float, float]]], class_names: list[str], convention: str,
+              status: dict[str, dict[int, str]] | None = None, spacing_assumed: bool = False) -> dict:
+    """Mean Dice and HD95 per organ over the cases, then over the organs (the papers' order), and per case.
+
+    Under "mm" the means skip NaN (organ absent from both masks); an organ absent from every case gets
+    ``None`` and is left out of the mean over organs. The result is JSON-ready (NaN -> ``None``).
+
+    Args:
+        per_case: case name -> :func:`case_scores` output.
+        class_names: names of all K classes, background first; organ k is ``class_names[k]``.
+        convention: the convention the scores were computed with (recorded in the result).
+        status: optional case name -> :func:`case_status` output, counted per organ.
+        spacing_assumed: ``True`` when "mm" scores were computed without a known spacing (1 mm assumed).
+
+    Returns:
+        ``{"convention", "description", "hd95_unit", "spacing_assumed", "mean_dice", "mean_hd95",
+        "organs": [{"organ", "index", "dice", "hd95", "scored", and with ``status`` one count per status}],
+        "cases": [{"case", "dice", "hd95"}]}``; "scored" counts the cases with a number for the organ.
+    """
+    _check_convention(convention)
+    if not per_case:
+        raise ValueError("per_case is empty: no case to summarise")
+    organs = sorted({k for scores in per_case.values() for k in scores})
+    for k in organs:
+        if not 1 <= k < len(class_names):
+            raise ValueError(f"organ index {k} has no name in class_names of length {len(class_names)} "
+                             "(background first, organ k at position k)")
+    cases = list(per_case)
+    # (cases, organs, 2); an organ missing from a case's dict counts as not scored.
+    table = np.array([[per_case[c].get(k, (math.nan, math.nan)) for k in organs] for c in cases], dtype=float)
+    with warnings.catch_warnings():  # an organ absent from every case is expected: it becomes None
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+        organ_means = np.nanmean(table, axis=0)  # (organs, 2): over the cases first, as the papers do
+        overall = np.nanmean(organ_means, axis=0)  # (2,): then over the organs
+        case_means = np.nanmean(table, axis=1)  # (cases, 2)
+    organ_rows = []
+    for j, k in enumerate(organs):
+        row = {"organ": class_names[k], "index": k, "dice": _json_float(organ_means[j, 0]),
+               "hd95": _json_float(organ_means[j, 1]), "scored": int(np.sum(~np.isnan(table[:, j, 0])))}
+        if status is not None:
+            seen = [status[c][k] for c in cases if c in status and k in status[c]]
+            row.update({s: seen.count(s) for s in STATUSES})
+        organ_rows.append(row)
+    return {
+        "convention": convention,
+        "description": CONVENTIONS[convention],
+        "hd95_unit": "voxels" if convention == "papers" else "voxels (1 mm assumed)" if spacing_assumed else "mm",
+        "spacing_assumed": bool(spacing_assumed and convention == "mm"),
+        "mean_dice": _json_float(overall[0]),
+        "mean_hd95": _json_float(overall[1]),
+        "organs": organ_rows,
+        "cases": [{"case": c, "dice": _json_float(case_means[i, 0]), "hd95": _json_float(case_means[i, 1])}
+                  for i, c in enumerate(cases)],
+    }
+
