@@ -60,6 +60,9 @@ TASK_SHAPES: dict[str, TaskShape] = {
     "cifar": TaskShape(None, {"batch": 1, "image_size": 32, "in_channels": 1, "num_classes": 10}, ("image_size",),
                        "one 32×32 single-channel image (the embedded Fashion-MNIST, padded)", tokens_per_grow=2,
                        config_keys=("image_size", "in_channels", "num_classes")),
+    "medseg": TaskShape("cpu", {"batch": 1, "image_size": 96, "in_channels": 1, "num_classes": 9}, ("image_size",),
+                        "one 96×96 single-channel slice (the embedded phantom)", tokens_per_grow=2,
+                        config_keys=("image_size", "in_channels", "num_classes")),
 }
 
 SCALES = (1, 2, 4)

@@ -1,0 +1,79 @@
+"""Efficient self-attention (PVT / SegFormer, used by MISSFormer §3.1): keys and values from a reduced map.
+
+Global self-attention over the N = h·w tokens of a feature map costs O(N²): at 1/4 of a 224×224 image that
+is 3136² scores per head. Efficient self-attention keeps every token as a query but computes keys and values
+from the map shrunk R× per side by a convolution with kernel = stride = R, followed by a LayerNorm:
+O(N²/R²). MISSFormer uses R = 8, 4, 2, 1 in its four stages.
+
+Only *what the keys and values are computed from* changes. The projections, the head split, the softmax and
+the output projection are the core :class:`~core.multihead.MultiHeadAttention`'s, called as cross-attention
+on the reduced map (``memory``); with R = 1 it is plain self-attention. The kernel that computes the softmax
+(fused SDPA or the reference math) is injected.
+
+The blocks keep their tokens as a channels-last map ``(B, h, w, C)``: LayerNorm, residuals and linear
+layers act on the last axis unchanged, and the sublayers that need the grid (this reduction, the ReMix-FFN's
+depth-wise convolution) can see it.
+
+Shape legend: B batch, h×w token map, N = h·w, C width, R reduction ratio, M = (h/R)·(w/R).
+"""
+
+from __future__ import annotations
+
+from einops import rearrange
+from torch import Tensor, nn
+
+from core.attention import AttentionKernel
+from core.errors import check_positive
+from core.multihead import MultiHeadAttention
+
+
+class SpatialReduction(nn.Module):
+    """Conv2d(C, C, kernel = stride = R), then LayerNorm: the reduced map keys and values are computed from.
+
+    Shape: ``(B, h, w, C) -> (B, M, C)`` with M = (h/R)·(w/R).
+    """
+
+    def __init__(self, dim: int, ratio: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        check_positive("ratio", ratio)
+        self.ratio = ratio
+        self.conv = nn.Conv2d(dim, dim, kernel_size=ratio, stride=ratio)
+        self.norm = nn.LayerNorm(dim, eps=eps)  # untagged: it belongs to the attention part, not "norm"
+
+    def forward(self, x: Tensor) -> Tensor:
+        reduced = self.conv(rearrange(x, "b h w c -> b c h w"))  # (B, C, h/R, w/R)
+        return self.norm(rearrange(reduced, "b c h w -> b (h w) c"))  # (B, M, C)
+
+
+class EfficientSelfAttention(nn.Module):
+    """Multi-head self-attention whose keys and values come from the map reduced ``ratio``× per side.
+
+    Args:
+        dim: width C; divisible by ``heads``.
+        heads: number of heads.
+        ratio: reduction ratio R; ``1`` (or ``None``) means global self-attention, with no reduction module.
+        kernel: the core attention kernel (default: fused SDPA).
+        eps: epsilon of the reduction's LayerNorm.
+
+    ``forward(x, mask=None)`` takes no mask (every token may attend every key); the argument only lets a core
+    :class:`~core.layers.EncoderLayer` call it.
+
+    Shape: ``(B, h, w, C) -> (B, h, w, C)``.
+    """
+
+    zoo_part = "attention"
+
+    def __init__(self, dim: int, heads: int, ratio: int | None = 1, kernel: AttentionKernel | None = None,
+                 eps: float = 1e-5) -> None:
+        super().__init__()
+        self.attention = MultiHeadAttention(dim, heads, kernel)
+        self.reduction = SpatialReduction(dim, ratio, eps) if ratio and ratio > 1 else None
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if mask is not None:
+            raise ValueError("EfficientSelfAttention takes no mask: every token of the map attends every key")
+        if x.dim() != 4:
+            raise ValueError(f"EfficientSelfAttention expects a (B, h, w, C) token map, got {tuple(x.shape)}")
+        memory = None if self.reduction is None else self.reduction(x)  # (B, M, C), None: keys from x itself
+        out = self.attention(rearrange(x, "b h w c -> b (h w) c"), memory=memory)  # (B, N, C)
+        return rearrange(out, "b (h w) c -> b h w c", h=x.shape[1])

@@ -1,0 +1,61 @@
+"""ReMix-FFN, the paper's "Enhanced Mix-FFN" (MISSFormer §3.2): a feed-forward network that sees its neighbours.
+
+The classic position-wise FFN treats every token alone, so a Transformer without positional encodings
+knows nothing of where a token sits. SegFormer's Mix-FFN puts a depth-wise 3×3 convolution on the hidden
+tokens: local context, and — through the zero padding at the borders — positional information, with no
+position table that would have to be resampled at another image size. MISSFormer's version adds a skip
+around the convolution and a LayerNorm before the activation, which it reports trains better:
+
+    ReMixFFN(x) = W₂ · GELU(LN(DWConv₃ₓ₃(W₁x) + W₁x))
+
+It is not registered with :func:`core.ffn.register_ffn`: the core FFNs act on ``(..., D)`` tokens one
+position at a time, while this one needs the 2-D token map (``(B, h, w, C)``, channels last).
+
+Shape legend: B batch, h×w token map, C width, F hidden width (4C in the paper).
+"""
+
+from __future__ import annotations
+
+from einops import rearrange
+from torch import Tensor, nn
+
+from core.errors import check_positive, check_probability, unknown_name
+from core.ffn import ACTIVATIONS
+
+
+class ReMixFFN(nn.Module):
+    """Linear C→F, depth-wise 3×3 conv with a skip, LayerNorm(F), activation, dropout, linear F→C.
+
+    Args:
+        dim: width C.
+        hidden: hidden width F.
+        activation: ``"gelu"`` (the paper's) or ``"relu"``.
+        dropout: on the hidden activations (the paper uses none).
+        eps: epsilon of the LayerNorm.
+
+    Shape: ``(B, h, w, C) -> (B, h, w, C)``.
+    """
+
+    zoo_part = "ffn"
+
+    def __init__(self, dim: int, hidden: int, activation: str = "gelu", dropout: float = 0.0, eps: float = 1e-5
+                 ) -> None:
+        super().__init__()
+        check_positive("dim", dim)
+        check_positive("hidden", hidden)
+        check_probability("dropout", dropout)
+        if activation not in ACTIVATIONS:
+            raise unknown_name("activation", activation, ACTIVATIONS)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.dwconv = nn.Conv2d(hidden, hidden, kernel_size=3, padding=1, groups=hidden)
+        self.norm = nn.LayerNorm(hidden, eps=eps)  # untagged: part of the FFN change, not of "norm"
+        self.act = ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() != 4:
+            raise ValueError(f"ReMixFFN expects a (B, h, w, C) token map, got {tuple(x.shape)}")
+        hidden = self.fc1(x)  # (B, h, w, F)
+        mixed = rearrange(self.dwconv(rearrange(hidden, "b h w f -> b f h w")), "b f h w -> b h w f")
+        return self.fc2(self.dropout(self.act(self.norm(mixed + hidden))))  # (B, h, w, C)

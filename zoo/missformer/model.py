@@ -1,0 +1,133 @@
+"""MISSFormer (Huang et al. 2021, "An Effective Medical Image Segmentation Transformer"), from core blocks.
+
+MISSFormer is the classic Transformer encoder made into a U-shaped segmenter. What it changed, part by part:
+
+* **attention**: keys and values from the map reduced R× per side
+  (:class:`~zoo.missformer.attention.EfficientSelfAttention`, around the core multi-head attention), O(N²/R²)
+  instead of O(N²);
+* **ffn**: ReMix-FFN (:class:`~zoo.missformer.ffn.ReMixFFN`): a depth-wise 3×3 convolution with a skip and a
+  LayerNorm on the hidden tokens, GELU;
+* **stacking**: four stages at 1/4 … 1/32 (:class:`~zoo.missformer.encoder.HierarchicalEncoder`), a context
+  bridge attending all scales jointly (:class:`~zoo.missformer.bridge.ContextBridge`) and a U-shaped decoder
+  (:class:`~zoo.missformer.decoder.UShapedDecoder`);
+* **embedding**: an overlapping 7×7 stride-4 convolution + LayerNorm; **position**: none; **norm**: Pre-LN,
+  a LayerNorm at the end of every encoder stage.
+
+The Transformer blocks everywhere are core :class:`~core.layers.EncoderLayer` s with the attention and FFN
+injected; nothing is copied. The model computes what the official code (``networks/MISSFormer.py``)
+computes, with two differences in bookkeeping only: it builds no module that the forward pass does not
+call (the official deepest decoder stage builds a projection and two blocks it never uses, 6.9M
+parameters, and each ReMix-FFN two unused LayerNorms), and it computes each ReMix-FFN's first linear
+layer once (the official code computes it twice).
+
+Shape legend: B batch, C channels, H×W image, hᵢ×wᵢ stage i's map, Cᵢ its width, K classes.
+"""
+
+from __future__ import annotations
+
+from einops import rearrange
+from torch import Tensor, nn
+
+from core.parts import tag
+from core.position import SinusoidalPosition
+from zoo.missformer.bridge import ContextBridge
+from zoo.missformer.config import PATCH, MISSFormerConfig
+from zoo.missformer.decoder import SegmentationHead, UShapedDecoder
+from zoo.missformer.encoder import HierarchicalEncoder, OverlapPatchEmbedding
+from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding
+
+
+class PatchTokens(nn.Module):
+    """A tokenizer of non-overlapping P×P patches (linear projection + LayerNorm, or vocabulary symbols) as a map.
+
+    Shape: ``(B, C, H, W) -> (B, H/P, W/P, D)``.
+    """
+
+    zoo_part = "embedding"
+
+    def __init__(self, kind: str, in_channels: int, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        if kind == "patch":
+            self.tokens: nn.Module = PatchEmbedding(PATCH, in_channels, dim)
+            self.norm: nn.Module | None = nn.LayerNorm(dim, eps=eps)
+        else:
+            self.tokens, self.norm = PatchVocabularyEmbedding(PATCH, dim), None
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.tokens(images)  # (B, N, D)
+        x = x if self.norm is None else self.norm(x)
+        return rearrange(x, "b (h w) d -> b h w d", h=images.shape[-2] // PATCH)
+
+
+class MISSFormer(nn.Module):
+    """MISSFormer: tokens -> hierarchical encoder -> context bridge -> U-shaped decoder -> ×4 head.
+
+    Args:
+        config: a :class:`~zoo.missformer.config.MISSFormerConfig`; its choice fields also build the
+            classic counterpart of each part.
+
+    A 1-channel image given to a 3-channel model is repeated to 3 channels (the official code's rule for
+    grayscale CT); any other channel mismatch is a ValueError. With ``resolution_agnostic=False`` only
+    ``image_size``×``image_size`` inputs are accepted (the official fixed geometry); otherwise any size
+    whose sides are multiples of 32 (of 2^(stages+1)).
+
+    Shape:
+        ``(B, C, H, W)`` float images -> ``(B, K, H, W)`` logits.
+    """
+
+    def __init__(self, config: MISSFormerConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        width = c.widths[0]
+        if c.tokens == "overlap":
+            self.tokens: nn.Module = tag(OverlapPatchEmbedding(c.in_channels, width, 7, PATCH, c.norm_eps),
+                                         "embedding")
+        else:
+            self.tokens = PatchTokens(c.tokens, c.in_channels, width, c.norm_eps)
+        self.position = SinusoidalPosition(width) if c.position == "sinusoidal" else None
+        self.encoder = HierarchicalEncoder(c)
+        self.bridge = ContextBridge(c) if c.bridge_depth else None
+        self.decoder = UShapedDecoder(c) if len(c.stages()) > 1 else None
+        self.head = SegmentationHead(width, c.num_classes, c.norm_eps)
+
+    def check_images(self, images: Tensor) -> Tensor:
+        """Validate ``images`` and repeat a single channel for a 3-channel model; returns the images to use."""
+        c = self.config
+        if not isinstance(images, Tensor) or not images.is_floating_point():
+            raise TypeError(f"images must be a float tensor (B, C, H, W), got {getattr(images, 'dtype', type(images))}")
+        if images.dim() != 4:
+            raise ValueError(f"images must have shape (B, {c.in_channels}, H, W), got {tuple(images.shape)}")
+        channels, height, width = images.shape[1:]
+        if channels == 1 and c.in_channels == 3:
+            images = images.repeat(1, 3, 1, 1)  # grayscale to the 3-channel model, as the official code does
+        elif channels != c.in_channels:
+            raise ValueError(
+                f"images have {channels} channels but the model was built for in_channels={c.in_channels} "
+                f"(only 1 -> 3 is converted); build it with in_channels={channels}"
+            )
+        if not c.resolution_agnostic and (height, width) != (c.image_size, c.image_size):
+            raise ValueError(
+                f"this model has the official fixed geometry (resolution_agnostic=False) and accepts only "
+                f"{c.image_size}×{c.image_size} images, got {height}×{width}; resize the images, or build it with "
+                "resolution_agnostic=True to derive the token splits from each input"
+            )
+        c.check_size(height, width)
+        return images
+
+    def embed(self, images: Tensor) -> Tensor:
+        """Images -> stage 1's token map. Shape: ``(B, C, H, W) -> (B, H/4, W/4, C₁)``."""
+        x = self.tokens(images)  # (B, h₁, w₁, C₁)
+        if self.position is not None:
+            x = rearrange(self.position.embed(rearrange(x, "b h w c -> b (h w) c")), "b (h w) c -> b h w c",
+                          h=x.shape[1])
+        return x
+
+    def forward_features(self, images: Tensor) -> list[Tensor]:
+        """The stage maps after the encoder and the bridge, shallowest first: ``(B, hᵢ, wᵢ, Cᵢ)`` each."""
+        maps = self.encoder(self.embed(self.check_images(images)))
+        return maps if self.bridge is None else self.bridge(maps)
+
+    def forward(self, images: Tensor) -> Tensor:
+        maps = self.forward_features(images)
+        x = maps[0] if self.decoder is None else self.decoder(maps)  # (B, h₁, w₁, C₁)
+        return self.head(x)  # (B, K, H, W)
