@@ -169,6 +169,14 @@ def test_bad_inputs_raise_clear_errors(overrides, images, error, match):
         tiny(**overrides)(images)
 
 
+def test_paper_preset_rejects_other_sizes_and_takes_grayscale():
+    with torch.device("meta"):  # the checks run before any computation
+        model = VARIANT.build(VARIANT.config("paper"))
+        with pytest.raises(ValueError, match="accepts only 224×224 images, got 256×256"):
+            model(torch.zeros(1, 3, 256, 256))
+        assert model(torch.zeros(2, 1, 224, 224)).shape == (2, 9, 224, 224)
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [

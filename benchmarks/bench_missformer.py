@@ -1,0 +1,126 @@
+"""Side-by-side CPU benchmark of our MISSFormer against MONAI's SwinUNETR, in one process.
+
+Run: ``.venv/bin/python benchmarks/bench_missformer.py [--quick] [--threads N] [--rounds R] [--batch B]
+[--clock wall|cpu]``.
+
+What is measured (float32, CPU, train mode): one training step — forward, pixel-wise cross-entropy,
+backward, AdamW step — on a fixed batch of B (8) random 1×96×96 slices with 9 classes, the medseg task's
+input:
+
+* ours: ``zoo.missformer`` ``cpu`` preset (the medseg task's default: widths 32/64/128/160, depths 2/2/2/2,
+  heads 1/2/4/5, reductions 8/4/2/1, bridge depth 2, decoder depth 1);
+* peer: ``monai.networks.nets.SwinUNETR(in_channels=1, out_channels=9, spatial_dims=2, feature_size=F)``
+  with F = 12 (the medseg task's SwinUNETR baseline) and F = 24 (MONAI's default; skipped with ``--quick``).
+
+The two are different architectures, so there is no target: the table gives median ms per step, the ratio of
+the medians, and each model's throughput in images/s; the closing line gives the throughput ratio
+MISSFormer / SwinUNETR (above 1: ours trains faster per image).
+
+Timing as in ``bench_swin.py`` (whose ``time_pair`` this reuses): warm-up steps, then R rounds alternating
+ours/peer (the order flips every round); ``--clock cpu`` times the CPU time of this process, which other
+processes on a shared machine do not inflate (use it with ``--threads 1``). On a loaded machine two threads
+can be several times slower than one: every small op waits for the thread that was descheduled.
+These are measurements, not tests: nothing is asserted, exit code 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from bench_core import HEADER, Row, print_row, summarise, timed_row
+from bench_swin import CLOCKS, time_pair
+from torch import Tensor, nn
+
+import zoo
+
+IMAGE, CHANNELS, CLASSES = 96, 1, 9
+
+
+def build_pair(feature_size: int) -> tuple[nn.Module, nn.Module]:
+    """Our MISSFormer (``cpu`` preset) and MONAI's 2-D SwinUNETR of ``feature_size``, same input and classes."""
+    from monai.networks.nets import SwinUNETR
+
+    torch.manual_seed(0)
+    variant = zoo.get_variant("missformer", "medseg")
+    ours = variant.build(variant.config("cpu", image_size=IMAGE, in_channels=CHANNELS, num_classes=CLASSES))
+    peer = SwinUNETR(in_channels=CHANNELS, out_channels=CLASSES, spatial_dims=2, feature_size=feature_size)
+    return ours, peer
+
+
+def training_step(model: nn.Module, images: Tensor, labels: Tensor) -> Callable[[], None]:
+    """One optimisation step on a fixed batch: forward, cross-entropy per pixel, backward, AdamW."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+    return step
+
+
+def params(model: nn.Module) -> str:
+    return f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M"
+
+
+def bench(feature_size: int, batch: int, warmup: int, rounds: int, clock: Callable[[], float]) -> Row:
+    ours, peer = build_pair(feature_size)
+    ours.train()
+    peer.train()
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, CHANNELS, IMAGE, IMAGE, generator=gen)
+    labels = torch.randint(0, CLASSES, (batch, IMAGE, IMAGE), generator=gen)
+    samples = time_pair(training_step(ours, images, labels), training_step(peer, images, labels), warmup, rounds,
+                        clock)
+    row = timed_row(f"train step B{batch} 1x{IMAGE}x{IMAGE} vs SwinUNETR F{feature_size}", samples, None)
+    per_second = 1e3 * batch / row.ours, 1e3 * batch / row.peer
+    return print_row(row, f"({per_second[0]:.1f} vs {per_second[1]:.1f} images/s; params {params(ours)} vs "
+                          f"{params(peer)})")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, only SwinUNETR feature size 12")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per pair (11; 5 with --quick)")
+    parser.add_argument("--batch", type=int, default=8, help="slices per step (8)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall: perf_counter (default); cpu: process CPU time, robust on a shared machine")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    rounds = args.rounds or (5 if args.quick else 11)
+    warmup = 1 if args.quick else 2
+    start = time.perf_counter()
+    print_preamble(warmup, rounds, args.clock)
+    rows = [bench(f, args.batch, warmup, rounds, CLOCKS[args.clock]) for f in ((12,) if args.quick else (12, 24))]
+    for row in rows:
+        print(f"{row.name}: MISSFormer / SwinUNETR throughput = {row.peer / row.ours:.2f}")
+    summarise(rows, start)
+    return 0
+
+
+def print_preamble(warmup: int, rounds: int, clock: str) -> None:
+    print(f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads (os.cpu_count "
+          f"{os.cpu_count()}), float32 CPU, {warmup} warm-up + {rounds} rounds, medians, {clock} clock")
+    print("step = forward + cross-entropy + backward + AdamW; ours = MISSFormer cpu preset, peer = MONAI SwinUNETR")
+    print("IQR: the larger interquartile range / median of the two timings (noise)\n")
+    print(HEADER + "\n" + "-" * len(HEADER))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
