@@ -52,7 +52,7 @@ def official_module_map(config: MISSFormerConfig) -> dict[str, str]:
         pairs[f"encoder.stages.{i}.norm"] = f"backbone.norm{i + 1}"
         for j in range(stage.depth):
             block(f"encoder.stages.{i}.layers.{j}", f"backbone.block{i + 1}.{j}")
-    reduced = [i for i, s in enumerate(c.stages()) if s.sr > 1]
+    reduced = sum(stage.sr > 1 for stage in c.stages())  # the official sr0, sr1, ... of the bridge
     for j in range(c.bridge_depth):
         ours, theirs = f"bridge.layers.{j}", f"bridge.bridge_layer{j + 1}"
         pairs.update({f"{ours}.norm1": f"{theirs}.norm1", f"{ours}.norm2": f"{theirs}.norm2",
@@ -60,7 +60,7 @@ def official_module_map(config: MISSFormerConfig) -> dict[str, str]:
                       f"{ours}.self_attn.attention.out": f"{theirs}.attn.proj",
                       f"{ours}.self_attn.norm": f"{theirs}.attn.scale_reduce.norm"})
         pairs.update({f"{ours}.self_attn.reductions.{r}": f"{theirs}.attn.scale_reduce.sr{r}"
-                      for r in range(len(reduced))})
+                      for r in range(reduced)})
         for i in range(len(c.stages())):
             pairs.update({f"{ours}.ffn.ffns.{i}.{a}": f"{theirs}.mixffn{i + 1}.{b}" for a, b in _FFN.items()})
     for k, level in enumerate((2, 1, 0)):  # our decoder stages run deepest first: official decoder_2, _1, _0
