@@ -15,6 +15,7 @@ from core.errors import unknown_name
 TASKS: dict[str, str] = {
     "translation": "tasks.translation.task:TranslationTask",
     "cifar": "tasks.cifar.task:CifarTask",
+    "medseg": "tasks.medseg.task:MedsegTask",
 }
 
 

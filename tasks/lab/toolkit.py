@@ -151,7 +151,7 @@ def train(
         log.loss.append(float(loss.detach()))
         log.lr.append(rate(step))
         log.grad_norm.append(float(norm))
-        bar.set_postfix(loss=f"{float(loss):.3f}")
+        bar.set_postfix(loss=f"{log.loss[-1]:.3f}")
     model.eval()
     return log
 
@@ -189,10 +189,13 @@ def bleu(model: Transformer, data: Seq2SeqData, split: str = "test", limit: int 
 @torch.no_grad()
 def attention_maps(model: nn.Module, src: Tensor, tgt: Tensor) -> dict[str, Tensor]:
     """Attention weights ``(B, H, Nq, Nk)`` of every multi-head attention of ``model`` on one batch."""
+    was_training = model.training
     model.eval()
     with record_attention(model) as maps:
         model(src, tgt)
-        return dict(maps)
+        recorded = dict(maps)
+    model.train(was_training)
+    return recorded
 
 
 def entropy(weights: Tensor, valid: Tensor | None = None) -> float:
