@@ -158,7 +158,7 @@ def _case(name: str, q: Tensor, kv: Tensor, right: Tensor, wrong: Tensor, core_c
         got = out[..., -expected.shape[-2]:, :]
         diff = float((got - expected).abs().max())
         grown = f", output {tuple(out.shape)} instead of {tuple(expected.shape)}" if out.shape != expected.shape else ""
-        row[label] = f"accepted silently{grown}; max |error| {diff:.3g}"
+        row[label] = f"accepted silently{grown}; max abs error {diff:.3g}"
         row[f"{label}_silent_wrong"] = diff > 1e-6 or out.shape != expected.shape
     _, error = _try(core_call)
     row["core"] = error or "accepted (no shape check can tell)"
