@@ -120,7 +120,6 @@ def train_arm(data: Seq2SeqData, zero_fill: bool, steps: int, settings: LabSetti
     def on_step(step: int, m: nn.Module) -> None:  # called before update `step`: `step` updates are done
         if step and step % every == 0:
             leak_curve.append((step, future_leak(m, data, probe)))
-            m.train()  # attention_maps leaves the model in eval mode
 
     log = train(model, data, steps, lr=3e-3, seed=settings.seed, progress=settings.progress,
                 desc="0-filled mask" if zero_fill else "−∞ mask", on_step=on_step)
