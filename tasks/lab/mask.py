@@ -166,8 +166,8 @@ def _case(name: str, q: Tensor, kv: Tensor, right: Tensor, wrong: Tensor, core_c
 
 
 def wrong_shape_cases(seed: int) -> list[dict]:
-    """Three wrong masks: plain torch accepts each; the core rejects the one whose shape does not broadcast to
-    ``(B, H, Nq, Nk)`` and, like any shape check, cannot see the other two."""
+    """Three wrong masks: plain ``masked_fill`` accepts each (SDPA all but the first); the core rejects the one
+    whose shape does not broadcast to ``(B, H, Nq, Nk)`` and, like any shape check, cannot see the other two."""
     gen = torch.Generator().manual_seed(seed)
     B, H, N, Dh = 4, 2, 4, 8  # B == N on purpose: that is when a (B, N) mask broadcasts silently
     lengths = torch.tensor([4, 3, 2, 1])
@@ -237,8 +237,9 @@ def run(settings: LabSettings) -> LessonResult:
         f"init ({zero['leak_trained']:.0%} after {steps} steps): test loss {zero['test_loss']:.3f} with the future "
         f"visible, {zero['inference_loss']:.3f} without it; greedy BLEU {zero['bleu']:.1f} vs {right['bleu']:.1f}.",
         f"Fill with −∞ (leak exactly 0, BLEU {right['bleu']:.1f}, exact match {right['exact_match']:.0%}) and let "
-        f"the mask be validated: a (B, S) mask at a decoding step is grown silently by masked_fill, the core raises "
-        f"ValueError.",
+        f"the mask be validated: a (B, S) mask at a decoding step is "
+        f"{'grown silently' if cases[0]['masked_fill_silent_wrong'] else 'rejected'} by masked_fill, the core "
+        f"{'raises ValueError' if cases[0]['core_raises'] else 'accepts it'}.",
     )
     table = [{"mask fill": label, "leak at init": arm["leak_init"], "leak trained": arm["leak_trained"],
               "training loss": arm["train_loss"], "test loss (teacher forcing)": arm["test_loss"],
