@@ -46,9 +46,10 @@ def check_mask(mask: Tensor | None, batch: int, heads: int, n_q: int, n_k: int) 
     mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
     for got, want, name in zip(mask.shape, (batch, heads, n_q, n_k), ("B", "H", "Nq", "Nk")):
         if got not in (1, want):
+            allowed = "1" if want == 1 else f"1 or {want}"
             raise ValueError(
                 f"mask shape {tuple(mask.shape)} does not broadcast to (B, H, Nq, Nk) = "
-                f"{(batch, heads, n_q, n_k)}: dimension {name} is {got}, expected 1 or {want}"
+                f"{(batch, heads, n_q, n_k)}: dimension {name} is {got}, expected {allowed}"
             )
     return mask
 

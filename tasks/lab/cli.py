@@ -18,7 +18,9 @@ def add_lab_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="reduced budgets: each lesson in about 3 minutes on 2 cores")
     p.add_argument("--out", default=None, help="output folder (default: runs/lab/LESSON)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: the lessons' small models run fastest on one thread, and "
+                        "several threads slow them down badly on a busy machine)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_lab)
 
@@ -32,12 +34,11 @@ def _cmd_lab(args: argparse.Namespace) -> int:
             print("\nrun one with: zoo lab LESSON [--quick]", file=sys.stderr)
         return 0
     names = list(LESSONS) if args.lesson == "all" else [args.lesson]
-    if args.threads is not None:
-        import torch
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    import torch
 
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     for name in names:
         from tasks.lab.lesson import get_lesson
 
