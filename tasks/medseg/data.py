@@ -16,14 +16,14 @@ mm, when a volume has one (the phantom's do, the real files don't), becomes :att
 
 ACDC cardiac MRI, 4 classes, in either community layout:
 
-- npz, as prepared for MT-UNet and used by MISSFormer and Swin-Unet's ACDC runs::
+- npz, as prepared by MT-UNet (Dootmaan/MT-UNet) and reused by later Synapse/ACDC codebases::
 
       <root>/train/case_001_sliceED_0.npz    keys img (H, W), label (H, W)   -> case "case_001_ED"
       <root>/valid/case_019_sliceED_0.npz    slices as in train
       <root>/test/case_002_volume_ED.npz     keys img (D, H, W), label (D, H, W) -> case "case_002_ED"
       <root>/lists_ACDC/{train,valid,test}.txt   file names, one a line (or <root>/lists/lists_ACDC/)
 
-- h5, as prepared by SSL4MIS / WSL4MIS::
+- h5, as prepared by SSL4MIS and WSL4MIS (HiLab-git)::
 
       <root>/ACDC_training_slices/patient001_frame01_slice_0.h5   datasets image (H, W), label (H, W)
       <root>/ACDC_training_volumes/patient001_frame01.h5          datasets image (D, H, W), label (D, H, W)
@@ -33,8 +33,8 @@ ACDC cardiac MRI, 4 classes, in either community layout:
   SSL4MIS's own folder names ``data/slices/`` and ``data/`` are accepted for the slices and volumes. With
   lists, training takes the slices of ``train_slices.list`` (else of the cases in ``train.list``), validation
   the volumes of ``val.list``, test those of ``test.list`` (else ``ACDC_testing_volumes/``). Without lists
-  the split is WSL4MIS's fixed one: patients 001-020 test (or ``ACDC_testing_volumes/`` when present),
-  021-030 validation, the others training.
+  the split is fixed by patient number: 001-020 test (WSL4MIS's fold 1; ``ACDC_testing_volumes/`` instead
+  when present), 021-030 validation, the others training.
 
 A file is a slice when its name says so (``_slice`` followed by a number) and must then hold 2D arrays;
 any other file is a volume and must hold 3D arrays. Slices are grouped into cases by the name before
@@ -80,7 +80,8 @@ _SLICE_NAME = re.compile(r"^(?P<case>.+?)_slice(?P<tag>[A-Za-z]*)_?(?P<index>\d+
 # MT-UNet's ACDC volumes: "case_002_volume_ED" -> "case_002_ED", the name of its training slices' case.
 _VOLUME_NAME = re.compile(r"^(?P<case>.+?)_volume_?(?P<tag>[A-Za-z0-9]*)$")
 _PATIENT = re.compile(r"patient(\d+)")
-# WSL4MIS's fixed ACDC split, used when a folder has no split lists.
+# The fixed ACDC split used when a folder has no split lists: WSL4MIS's fold-1 test patients, then the
+# validation patients that codebases derived from it hold out.
 _ACDC_TEST_PATIENTS, _ACDC_VALID_PATIENTS = range(1, 21), range(21, 31)
 _SYNAPSE_LISTS, _ACDC_LISTS = ("lists/lists_Synapse", "lists_Synapse"), ("lists_ACDC", "lists/lists_ACDC")
 _ACDC_H5_LISTS = ("train_slices.list", "train.list", "val.list", "test.list")
@@ -297,7 +298,7 @@ def _acdc_h5_splits(root: Path) -> tuple[list[Path], list[Path], list[Path]]:
             test = _listed(lists["test.list"], folders or [root / _VOLUME_DIRS[0]], ".h5")
         else:
             test = sorted(test_dir.glob("*.h5")) if test_dir.is_dir() else []
-    else:  # WSL4MIS's fixed split by patient number
+    else:  # the fixed split by patient number
         number = {case: _patient_number(case, root) for case in sorted({**slices, **volumes})}
         held_out = range(_ACDC_TEST_PATIENTS.start, _ACDC_VALID_PATIENTS.stop)
         train = training_files([c for c, n in number.items() if n not in held_out], str(root))
