@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -162,10 +163,14 @@ def test_write_phantom_reuses_a_complete_folder_and_rebuilds_a_stale_one(tmp_pat
     assert (root / "phantom.json").stat().st_mtime_ns == stamp  # reused, not rewritten
     twin = load_medseg(write_phantom(tmp_path / "twin", seed=3, **TINY))
     np.testing.assert_array_equal(load_medseg(root).test[0].image, twin.test[0].image)
-    # A missing file makes it incomplete, another seed makes it stale: both are rebuilt in place.
+    # A missing file makes it incomplete; another generator or seed makes it stale: all are rebuilt in place.
     (root / "train_npz" / "case0005_slice000.npz").unlink()
     write_phantom(root, seed=3, **TINY)
     assert (root / "train_npz" / "case0005_slice000.npz").is_file()
+    manifest = json.loads((root / "phantom.json").read_text())
+    (root / "phantom.json").write_text(json.dumps({**manifest, "generator": "older code"}))
+    write_phantom(root, seed=3, **TINY)
+    assert json.loads((root / "phantom.json").read_text()) == manifest
     write_phantom(root, seed=4, **TINY)
     assert not np.array_equal(load_medseg(root).test[0].image, twin.test[0].image)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p", "twin"]  # no temporary folders left behind

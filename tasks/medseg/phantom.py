@@ -30,14 +30,15 @@ they make classes 3 and 4 ambiguous, on this phantom as on real Synapse.
 ``train_npz/caseXXXX_sliceYYY.npz`` (``image`` float32 (H, W) in [0, 1], ``label`` uint8 (H, W)),
 ``test_vol_h5/caseXXXX.npy.h5`` (``image`` float32 (D, H, W), ``label`` uint8 (D, H, W), and an HDF5
 attribute ``spacing`` (z, y, x) in mm that the real files lack), and
-``lists/lists_Synapse/{train.txt,test_vol.txt}``, plus ``phantom.json`` (version, seed, sizes), which the
-loader ignores and which tells a complete phantom folder from anything else.
+``lists/lists_Synapse/{train.txt,test_vol.txt}``, plus ``phantom.json`` (version, generator hash, seed,
+sizes), which the loader ignores and which tells a complete, current phantom folder from anything else.
 
 Shape legend: ``D, H, W`` slices, rows, columns.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -188,8 +189,8 @@ def write_phantom(
     if overlap:
         raise ValueError(f"cases {overlap} are in both train_cases and test_cases")
     manifest = {
-        "version": PHANTOM_VERSION, "seed": seed, "slices": slices, "size": list(size),
-        "train_cases": list(train_cases), "test_cases": list(test_cases),
+        "version": PHANTOM_VERSION, "generator": _generator_fingerprint(), "seed": seed, "slices": slices,
+        "size": list(size), "train_cases": list(train_cases), "test_cases": list(test_cases),
     }
     if _is_complete(root, manifest):
         return root
@@ -214,6 +215,15 @@ def write_phantom(
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(stale, ignore_errors=True)
     return root
+
+
+def _generator_fingerprint() -> str:
+    """A hash of this module's source: a cached phantom made by other code than this is rebuilt, not reused.
+
+    The version in the folder name says which phantom a user asked for; the fingerprint catches every edit
+    in between (a tweaked organ size would otherwise go unnoticed in a cache shared by several checkouts).
+    """
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def _case_number(case_id: str | int) -> int:
