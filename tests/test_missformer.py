@@ -52,7 +52,6 @@ def test_paper_preset_matches_the_official_parameter_count_and_flops():
     params = sum(p.numel() for p in model.parameters())
     # we build only what the forward uses: the official count less its never-used parameters, exactly
     assert params == OFFICIAL_PARAMS - OFFICIAL_UNUSED == 35_452_745
-    assert params + OFFICIAL_UNUSED == pytest.approx(OFFICIAL_PARAMS, rel=0.005)
     per_module, flops = module_flops(model, (images,))
     recomputed_fc1 = sum(per_module[f"{name}.fc1"] for name, m in model.named_modules() if isinstance(m, ReMixFFN))
     assert flops + recomputed_fc1 == pytest.approx(OFFICIAL_FLOPS, rel=0.02)  # the official 9.77 GMACs

@@ -50,7 +50,7 @@ class MedsegConfig(TrainConfig):
     variant: str = "missformer"
     dataset: str = "auto"  # synapse, acdc; auto: the phantom without --data, else read from the folder
     image_size: int = 96  # slices are zoomed to this square size (the papers use 224)
-    epochs: int = 30
+    epochs: int = 20
     batch_size: int = 16
     lr: float = 2e-3  # peak learning rate, after the warm-up
     weight_decay: float = 1e-4
@@ -67,6 +67,9 @@ class MedsegConfig(TrainConfig):
     valid_cases: int = 2  # training cases held out for validation when the layout has no validation split
     hd95: str = "papers"  # the convention of the headline HD95: papers (no spacing, their empty rules) or mm
     eval_batch_size: int = 32  # slices per forward pass at evaluation
+    # One CPU thread: the models are small, and on a busy 2-core machine two OpenMP threads wait on each other
+    # (an epoch took > 5 min with 2 threads next to another job, 15–40 s with one). 0 keeps torch's default.
+    num_threads: int = 1
     overlay_slices: int = 4  # test slices shown in overlays.png
 
     def __post_init__(self) -> None:
