@@ -241,7 +241,9 @@ def body_of(runs: list[Run], plateau: float) -> str:
         "(column *steps 1–20*) and the model settles on the unigram plateau. The warm-up keeps the first steps "
         "small while Adam's statistics settle. Pre-LN leaves an identity path from every layer to the output, so "
         "its gradients are about the same in every layer and it trains at the same peak without warm-up (Xiong et "
-        "al. 2020, \"On Layer Normalization in the Transformer Architecture\").",
+        "al. 2020, \"On Layer Normalization in the Transformer Architecture\"). The Noam runs also decay after "
+        "the peak (1/√step), which alone lowers the final loss of a run that trains; the warm-up's own effect is "
+        "whether a run leaves the plateau at all.",
     ])
 
 

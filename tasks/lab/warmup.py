@@ -120,7 +120,9 @@ def _body(runs: list[Run], plateau: float, steps: int) -> str:
         "Without warm-up the first updates are the largest, taken when Adam's second-moment estimate rests on a "
         "few batches and Post-LN's gradients sit in the layers near the output; at a high peak those updates throw "
         "the last layers off, the lower layers go quiet (the last/first ratio) and the loss settles on the "
-        "unigram plateau. At a low peak both schedules train and the warm-up only spends steps.",
+        "unigram plateau. At a low peak both schedules train and the warm-up only spends steps. The Noam runs "
+        "also decay after the peak (1/√step), which alone lowers the final loss of a run that trains; the warm-up's "
+        "own effect is whether a run leaves the plateau at all.",
     ])
 
 
