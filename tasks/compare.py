@@ -91,7 +91,7 @@ def _parts_and_flops(entry: Entry, task_name: str, trainer) -> tuple[str, int]:
         spec = TASK_SHAPES[task_name]
         shape = {**spec.shape, **trainer.task.delta_overrides()}
         inputs = (torch.zeros(1, shape["in_channels"], shape["image_size"], shape["image_size"]),)
-        return "(reference CNN, not a patch)", module_flops(trainer.model.cpu(), inputs)[1]
+        return "(reference model, not a patch)", module_flops(trainer.model.cpu(), inputs)[1]
     delta = measure(entry.variant, task_name, trainer.config.preset, memory=False,
                     overrides=trainer.task.delta_overrides())
     parts = entry.parts or ", ".join(zoo.get_variant(entry.variant, task_name).parts_changed) or "(base)"
