@@ -351,4 +351,4 @@ def test_compare_row_of_the_reference_cnn(tmp_path):
     trainer.task.setup()
     trainer.model = trainer.task.build_model()
     parts, flops = _parts_and_flops(Entry("resnet18", "resnet18"), "cifar", trainer)
-    assert parts.startswith("(reference CNN") and 1e9 < flops < 2e9  # ResNet-18 at 32×32: ~1.1 GFLOPs
+    assert parts.startswith("(reference model") and 1e9 < flops < 2e9  # ResNet-18 at 32×32: ~1.1 GFLOPs
