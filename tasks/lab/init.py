@@ -75,7 +75,8 @@ def run(settings: LabSettings) -> LessonResult:
             reinit_qkv(model, std, settings.seed)
         runs[name] = r = train_probed(model, data, steps, settings, f"qkv {name}", probe,
                                       noam(d_model, max(1, steps // 8), 1e-3))
-        findings[name] = {"qkv_std": float(model.encoder.layers[0].self_attn.qkv.weight.std()) if std is None else std,
+        drawn = float(model.encoder.layers[0].self_attn.qkv.weight.detach().std()) if std is None else std
+        findings[name] = {"qkv_std": drawn,
                           "final_loss": r.log.final(20), "diverged": r.log.diverged,
                           **{f"{key}_init": value for key, value in r.probes[0].items()}, **r.probes[-1],
                           "qk_grad_norm_mean": sum(r.qk_grad) / max(1, len(r.qk_grad)),
