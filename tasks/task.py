@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from core.errors import unknown_name
 from tasks.config import TrainConfig
 from tasks.distributed import DistInfo
 
@@ -26,6 +27,8 @@ class Task:
     baseline: str = "classic"  # the variant every other is compared with
     headline: tuple[str, str] = ("test", "")  # (split, metric) in the final results that ranks variants
     extra_columns: tuple[tuple[str, str, str], ...] = ()  # (split, metric, column title) also shown
+    # --variant names that are not zoo variants (e.g. a CNN baseline): name -> builder; no delta analysis
+    reference_models: dict[str, Callable[..., nn.Module]] = {}
 
     def __init__(self, config: TrainConfig, device: torch.device, dist: DistInfo) -> None:
         self.config, self.device, self.dist = config, device, dist
@@ -36,6 +39,40 @@ class Task:
 
     def build_model(self) -> nn.Module:
         raise NotImplementedError
+
+    def decided_overrides(self, decided: dict[str, Any], source: str) -> dict[str, Any]:
+        """``--model-set`` fields plus the config fields ``source`` decides (the data's channels, classes...).
+
+        A ``--model-set`` value that contradicts a decided one is refused rather than silently overridden.
+        """
+        model = self.config.model
+        for key, value in decided.items():
+            if key in model and model[key] != value:
+                raise ValueError(f"--model-set {key}={model[key]} conflicts with {source}, which sets {key}={value}; "
+                                 "remove it, the task sets it")
+        return {**model, **decided}
+
+    def build_variant(self, overrides: dict[str, Any], *reference_args: Any) -> nn.Module:
+        """The ``--variant`` model: a reference model built from ``reference_args``, or the zoo variant's
+        config with ``overrides`` at ``--preset`` (default: the preset the delta analysis measures for this
+        task, else the variant's own). Sets ``self.model_config`` for zoo variants.
+        """
+        import zoo
+        from zoo.delta import TASK_SHAPES
+
+        c = self.config
+        if c.variant in self.reference_models:
+            if c.model:
+                raise ValueError(f"the reference model {c.variant!r} takes no --model-set overrides, got {c.model}")
+            return self.reference_models[c.variant](*reference_args)
+        if c.variant not in zoo.list_variants():
+            raise unknown_name("variant", c.variant, [*zoo.list_variants(self.name), *self.reference_models])
+        variant = zoo.get_variant(c.variant, self.name)  # a variant of another task gets its own clear error
+        preset, shape = c.preset, TASK_SHAPES.get(self.name)
+        if preset is None and shape is not None and shape.preset in variant.presets:
+            preset = shape.preset
+        self.model_config = variant.config(preset, **overrides)
+        return variant.build(self.model_config)
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         c = self.config

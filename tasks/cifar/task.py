@@ -31,7 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import zoo
 from core.errors import check_positive, check_probability, unknown_name
 from tasks.cifar.augment import crop_flip, draw_crop_flip
 from tasks.cifar.datasets import DATASETS, IMAGE_SIZE, channel_stats, load_images, stratified_split
@@ -99,7 +98,7 @@ class CifarTask(Task):
     baseline = "vit"
     headline = ("test", "top1")
     extra_columns = (("test", "macro_f1", "macro-F1"),)
-    reference_models = tuple(REFERENCE_MODELS)  # --variant names that are not zoo variants (no delta analysis)
+    reference_models = REFERENCE_MODELS
 
     # --- data ----------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -132,34 +131,12 @@ class CifarTask(Task):
     # --- model ---------------------------------------------------------------------------------------
     def model_overrides(self) -> dict[str, Any]:
         """The variant's config overrides: ``--model-set`` fields plus the sizes the data decides."""
-        c, data = self.config, self.data
+        data = self.data
         decided = {"image_size": IMAGE_SIZE, "in_channels": data.in_channels, "num_classes": data.num_classes}
-        for key, value in decided.items():
-            if key in c.model and c.model[key] != value:
-                raise ValueError(f"--model-set {key}={c.model[key]} conflicts with the data ({data.name}: "
-                                 f"{key}={value}); remove it, the task sets it")
-        return {**c.model, **decided}
+        return self.decided_overrides(decided, f"the data ({data.name})")
 
     def build_model(self) -> nn.Module:
-        c, data = self.config, self.data
-        if c.variant in REFERENCE_MODELS:
-            if c.model:
-                raise ValueError(f"the reference model {c.variant!r} takes no --model-set overrides, got {c.model}")
-            return REFERENCE_MODELS[c.variant](data.in_channels, data.num_classes)
-        if c.variant not in zoo.list_variants():
-            raise unknown_name("variant", c.variant, [*zoo.list_variants(self.name), *REFERENCE_MODELS])
-        variant = zoo.get_variant(c.variant, self.name)
-        self.model_config = variant.config(self._preset(variant), **self.model_overrides())
-        return variant.build(self.model_config)
-
-    def _preset(self, variant) -> str | None:
-        """``--preset``, else the preset the delta analysis measures for this task, else the variant's default."""
-        if self.config.preset is not None:
-            return self.config.preset
-        from zoo.delta import TASK_SHAPES
-
-        shape = TASK_SHAPES.get(self.name)
-        return shape.preset if shape is not None and shape.preset in variant.presets else None
+        return self.build_variant(self.model_overrides(), self.data.in_channels, self.data.num_classes)
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         """AdamW; biases and norm gains (1-d tensors) and the model's ``no_weight_decay()`` names are not decayed."""

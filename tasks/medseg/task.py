@@ -28,7 +28,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-import zoo
 from core.errors import check_positive, check_probability, unknown_name
 from tasks.config import TrainConfig
 from tasks.distributed import shard
@@ -129,7 +128,7 @@ class MedsegTask(Task):
     baseline = "basicunet"  # the CNN U-Net every segmentation paper compares with
     headline = ("test", "dice")
     extra_columns = (("test", "hd95", "HD95"),)
-    reference_models = tuple(REFERENCE_MODELS)  # --variant names that are not zoo variants (no delta analysis)
+    reference_models = REFERENCE_MODELS
 
     # --- data ----------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -143,6 +142,9 @@ class MedsegTask(Task):
         self.train_images = torch.from_numpy(images.astype(np.float32))[:, None]  # (N, 1, S, S)
         self.train_labels = torch.from_numpy(labels.astype(np.int64))[:, None]  # (N, 1, S, S)
         self._augment = self._augmentation() if self._augmenting() else None
+        from monai.losses import DiceCELoss
+
+        self.criterion = DiceCELoss(to_onehot_y=True, softmax=True, lambda_dice=c.dice_weight, lambda_ce=c.ce_weight)
 
     def _split(self, data: SegData) -> tuple[list[Volume], list[Volume]]:
         """(training cases, validation cases): the layout's validation split, else ``valid_cases`` held out."""
@@ -183,31 +185,12 @@ class MedsegTask(Task):
 
     # --- model ---------------------------------------------------------------------------------------
     def model_overrides(self) -> dict[str, Any]:
-        """The variant's config overrides: ``--model-set`` fields plus the sizes the data decides."""
-        c = self.config
-        decided = {"image_size": c.image_size, "in_channels": 1, "num_classes": self.data.num_classes}
-        for key, value in decided.items():
-            if key in c.model and c.model[key] != value:
-                raise ValueError(f"--model-set {key}={c.model[key]} conflicts with the task ({key}={value}); "
-                                 "remove it (image_size is the task's --image-size)")
-        return {**c.model, **decided}
+        """The variant's config overrides: ``--model-set`` fields plus the sizes the task and data decide."""
+        decided = {"image_size": self.config.image_size, "in_channels": 1, "num_classes": self.data.num_classes}
+        return self.decided_overrides(decided, "the task (--image-size and the data)")
 
     def build_model(self) -> nn.Module:
-        c = self.config
-        if c.variant in REFERENCE_MODELS:
-            if c.model:
-                raise ValueError(f"the reference model {c.variant!r} takes no --model-set overrides, got {c.model}")
-            return REFERENCE_MODELS[c.variant](1, self.data.num_classes, c.image_size)
-        if c.variant not in zoo.list_variants(self.name):
-            raise unknown_name("variant", c.variant, [*zoo.list_variants(self.name), *REFERENCE_MODELS])
-        variant = zoo.get_variant(c.variant, self.name)
-        preset = c.preset
-        if preset is None:
-            from zoo.delta import TASK_SHAPES
-
-            preset = TASK_SHAPES[self.name].preset if TASK_SHAPES[self.name].preset in variant.presets else None
-        self.model_config = variant.config(preset, **self.model_overrides())
-        return variant.build(self.model_config)
+        return self.build_variant(self.model_overrides(), 1, self.data.num_classes, self.config.image_size)
 
     def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
         c = self.config
@@ -244,15 +227,9 @@ class MedsegTask(Task):
         The Dice term is a batch statistic, so accumulated or distributed batches give the mean of per-shard
         Dice losses rather than one Dice over the union (the usual practice; the CE term is exact).
         """
-        if not hasattr(self, "_criterion"):
-            from monai.losses import DiceCELoss
-
-            c = self.config
-            self._criterion = DiceCELoss(to_onehot_y=True, softmax=True, lambda_dice=c.dice_weight,
-                                         lambda_ce=c.ce_weight)
         images, labels = self.augmented(rows)
         logits = model(images.to(self.device))  # (B, K, S, S)
-        loss = self._criterion(logits.float(), labels.to(self.device))
+        loss = self.criterion(logits.float(), labels.to(self.device))
         return loss * len(rows), float(len(rows))
 
     # --- evaluation ----------------------------------------------------------------------------------
@@ -276,8 +253,8 @@ class MedsegTask(Task):
             pred = zoom(pred, (1, h / size, w / size), order=0)
         return pred
 
-    def case_records(self, model: nn.Module, volume: Volume) -> dict[str, Any]:
-        pred = self.predict_volume(model, volume)
+    def case_record(self, volume: Volume, pred: np.ndarray) -> dict[str, Any]:
+        """Per-organ (Dice, HD95) of ``pred`` against ``volume`` in each convention, and each organ's status."""
         k = self.data.num_classes
         return {"case": volume.case, "spacing_known": volume.spacing is not None,
                 "status": case_status(pred, volume.label, k),
@@ -285,7 +262,7 @@ class MedsegTask(Task):
 
     def evaluate(self, model: nn.Module, split: str) -> list[dict[str, Any]]:
         """One record per case of this rank's shard: per-organ (Dice, HD95) in each convention."""
-        return [self.case_records(model, v) for v in shard(self.volumes[split], self.dist)]
+        return [self.case_record(v, self.predict_volume(model, v)) for v in shard(self.volumes[split], self.dist)]
 
     def _summaries(self, records: list[dict[str, Any]]) -> dict[str, dict]:
         names = self.data.class_names
@@ -308,7 +285,14 @@ class MedsegTask(Task):
         from tasks.medseg.report import case_table, organ_table, pick_overlay_slices, plot_overlays
 
         out_dir, c, data = Path(out_dir), self.config, self.data
-        records = [self.case_records(model, v) for v in data.test]
+        shown = (c.overlay_slices + 1) // 2  # test cases whose slices are drawn, two slices each
+        records, samples = [], []
+        for i, volume in enumerate(data.test):
+            pred = self.predict_volume(model, volume)  # (D, H, W), scored and drawn from one prediction
+            records.append(self.case_record(volume, pred))
+            if i < shown:
+                samples += [(f"{volume.case} slice {z}", volume.image[z], volume.label[z], pred[z])
+                            for z in pick_overlay_slices(volume.label, 2)]
         summaries = self._summaries(records)
         metrics = {**self.score(records, "test"), "conventions": summaries}
         head = summaries[c.hd95]
@@ -327,24 +311,11 @@ class MedsegTask(Task):
         if data.name == "synapse":
             anchors = ", ".join(f"{k} {d:.2f} / {h:.2f}" for k, (d, h) in ANCHORS.items())
             lines += [f"Published Synapse anchors (DSC % / HD95, papers' convention): {anchors}.", ""]
-        figure = self._overlays(model, records, out_dir, plot_overlays, pick_overlay_slices)
-        if figure:
+        if samples and self.dist.is_main:
+            plot_overlays(samples[: c.overlay_slices], data.class_names, out_dir / "overlays.png")
             lines += ["### Overlays", "", "Image, ground truth and prediction for a few test slices:", "",
-                      f"![overlays]({figure})", ""]
+                      "![overlays](overlays.png)", ""]
         return {"test": metrics}, "\n".join(lines)
-
-    def _overlays(self, model: nn.Module, records, out_dir: Path, plot_overlays, pick_overlay_slices) -> str:
-        """Save ``overlays.png`` for the slices with the most organs of the first test cases; its file name."""
-        n = self.config.overlay_slices
-        if not n or not self.data.test or not self.dist.is_main:
-            return ""
-        samples = []
-        for volume in self.data.test[: max(1, (n + 1) // 2)]:
-            pred = self.predict_volume(model, volume)
-            for z in pick_overlay_slices(volume.label, 2):
-                samples.append((f"{volume.case} slice {z}", volume.image[z], volume.label[z], pred[z]))
-        plot_overlays(samples[:n], self.data.class_names, out_dir / "overlays.png")
-        return "overlays.png"
 
     # --- delta analysis and artefacts ----------------------------------------------------------------
     def delta_overrides(self) -> dict[str, Any]:
