@@ -23,11 +23,12 @@ import torch
 from torch import Tensor, nn
 
 from core.attention import ReferenceAttention, reference_attention
-from core.multihead import MultiHeadAttention, record_attention
+from core.multihead import MultiHeadAttention
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import (
     Seq2SeqData,
     TrainLog,
+    attention_maps,
     batch,
     bleu,
     entropy,
@@ -111,16 +112,12 @@ def attention_stats(model: nn.Module, data: Seq2SeqData, src: Tensor, tgt: Tenso
     """Mean entropy (nats), saturation (share of rows with max weight > 0.99) and softmax gain (see
     :func:`softmax_gain`) over every attention map of ``model`` on one batch (``tgt``: decoder inputs).
     Restores the model's train/eval mode."""
-    was_training = model.training
-    model.eval()
-    with record_attention(model) as maps:
-        model(src, tgt)
-        pad_id = data.tokenizer.pad_id
-        valid = {name: _valid_rows(name, src, tgt, pad_id) for name in maps}
-        ent = [entropy(w, valid[name]) for name, w in maps.items()]
-        sat = [saturation(w, valid=valid[name]) for name, w in maps.items()]
-        gain = [float(softmax_gain(w)[valid[name].expand(w.shape[:-1])].mean()) for name, w in maps.items()]
-    model.train(was_training)
+    maps = attention_maps(model, src, tgt)
+    pad_id = data.tokenizer.pad_id
+    valid = {name: _valid_rows(name, src, tgt, pad_id) for name in maps}
+    ent = [entropy(w, valid[name]) for name, w in maps.items()]
+    sat = [saturation(w, valid=valid[name]) for name, w in maps.items()]
+    gain = [float(softmax_gain(w)[valid[name].expand(w.shape[:-1])].mean()) for name, w in maps.items()]
     return {"entropy": sum(ent) / len(ent), "saturation": sum(sat) / len(sat), "softmax_gain": sum(gain) / len(gain)}
 
 

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from core.decoding import greedy_decode, strip_special
 from core.model import Transformer, TransformerConfig, build_transformer
 from core.multihead import record_attention
+from tasks.translation.task import pad_batch
 
 
 @dataclass
@@ -64,19 +65,11 @@ def small_transformer(data: Seq2SeqData, preset: str = "tiny", seed: int = 0, **
                              bos_id=tok.bos_id, eos_id=tok.eos_id, **settings)
 
 
-def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
-    """Right-pad id lists into a ``(B, N)`` long tensor."""
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
-    for i, seq in enumerate(seqs):
-        out[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-    return out
-
-
 def batch(data: Seq2SeqData, rows: Sequence[tuple[list[int], list[int]]]) -> tuple[Tensor, Tensor]:
     """(source ``(B, S)`` with eos, target ``(B, T+2)`` with bos … eos) of ``rows``."""
-    tok = data.tokenizer
-    src = pad([s + [tok.eos_id] for s, _ in rows], tok.pad_id)
-    tgt = pad([[tok.bos_id] + t + [tok.eos_id] for _, t in rows], tok.pad_id)
+    tok, cpu = data.tokenizer, torch.device("cpu")
+    src = pad_batch([s + [tok.eos_id] for s, _ in rows], tok.pad_id, cpu)
+    tgt = pad_batch([[tok.bos_id] + t + [tok.eos_id] for _, t in rows], tok.pad_id, cpu)
     return src, tgt
 
 
@@ -176,11 +169,12 @@ def greedy_translations(model: Transformer, data: Seq2SeqData, split: str, limit
     return out
 
 
-def bleu(model: Transformer, data: Seq2SeqData, split: str = "test", limit: int = 200) -> dict[str, float]:
-    """sacreBLEU corpus BLEU and exact match of greedy decoding on ``split``."""
+def bleu(model: Transformer, data: Seq2SeqData, split: str = "test", limit: int = 200,
+         max_len: int | None = None) -> dict[str, float]:
+    """sacreBLEU corpus BLEU and exact match of greedy decoding on ``split`` (``max_len``: decoding limit)."""
     from tasks.translation.metrics import translation_metrics
 
-    hyps = greedy_translations(model, data, split, limit)
+    hyps = greedy_translations(model, data, split, limit, max_len)
     refs = [t for _, t in data.text[split][: len(hyps)]]
     scores = translation_metrics(hyps, refs)
     return {"bleu": scores["bleu"], "exact_match": scores["exact_match"]}
@@ -245,5 +239,5 @@ def smooth(values: Sequence[float], window: int = 10) -> list[float]:
 
 
 __all__ = ["Seq2SeqData", "TrainLog", "TransformerConfig", "attention_maps", "batch", "bleu", "entropy", "figure",
-           "greedy_translations", "noam", "pad", "save", "saturation", "sequence_loss", "small_transformer", "smooth",
+           "greedy_translations", "noam", "save", "saturation", "sequence_loss", "small_transformer", "smooth",
            "train", "translation_data"]

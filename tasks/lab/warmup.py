@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from tasks.lab.lesson import LabSettings, LessonResult
-from tasks.lab.norm import WIDTH, greedy_bleu, layer_grad_norms, status, unigram_plateau
+from tasks.lab.norm import WIDTH, bounded_bleu, layer_grad_norms, status, unigram_plateau
 from tasks.lab.toolkit import (
     Seq2SeqData,
     TrainLog,
@@ -72,7 +72,7 @@ def run_one(data: Seq2SeqData, settings: LabSettings, peak: float, warmup: bool,
     desc = f"peak {peak:g} {'warm-up' if warmup else 'const'}"
     log = train(model, data, steps, lr=rate, seed=settings.seed, progress=settings.progress, desc=desc,
                 on_step=record)
-    score = greedy_bleu(model, data, bleu_rows) if not log.diverged else 0.0
+    score = bounded_bleu(model, data, bleu_rows) if not log.diverged else 0.0
     return Run(peak, warmup, log, ratios, score, status(log, plateau))
 
 
