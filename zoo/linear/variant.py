@@ -9,10 +9,7 @@ from __future__ import annotations
 from core.model import PRESETS, Transformer, TransformerConfig
 from zoo.classic import token_inputs
 from zoo.registry import Change, Paper, Variant, register
-from zoo.vision import image_inputs
-from zoo.vit.config import PRESETS as VIT_PRESETS
-from zoo.vit.config import ViTConfig
-from zoo.vit.model import VisionTransformer
+from zoo.vit import on_vit
 
 KATHAROPOULOS = Paper(
     "Transformers are RNNs: Fast Autoregressive Transformers with Linear Attention",
@@ -67,18 +64,4 @@ LINEAR = register(
 )
 
 # The same kernel in ViT, for the image task: a "lite" ViT (narrow, few heads) with linear attention.
-LINEAR_VIT = register(
-    Variant(
-        name="linear",
-        paper=KATHAROPOULOS,
-        tasks=("cifar",),
-        config_class=ViTConfig,
-        presets={**VIT_PRESETS, "lite": dict(d_model=96, depth=4, heads=2, patch_size=4, mlp_ratio=2.0)},
-        build=VisionTransformer,
-        changes=(CHANGE,),
-        default_preset="cpu",
-        summary=SUMMARY,
-        base_overrides={"kernel": "linear"},
-        example_input=image_inputs,
-    )
-)
+LINEAR_VIT = register(on_vit(LINEAR, {"lite": dict(d_model=96, depth=4, heads=2, patch_size=4, mlp_ratio=2.0)}))

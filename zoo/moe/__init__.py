@@ -21,10 +21,7 @@ from zoo.moe.auxiliary import active_parameters, auxiliary_loss, moe_layers, rou
 from zoo.moe.layer import MOE_OPTIONS, MoEFFN, moe_ffn
 from zoo.moe.router import Routing, TopKRouter
 from zoo.registry import Change, Paper, Variant, register
-from zoo.vision import image_inputs
-from zoo.vit.config import PRESETS as VIT_PRESETS
-from zoo.vit.config import ViTConfig
-from zoo.vit.model import VisionTransformer
+from zoo.vit import on_vit
 
 __all__ = ["MOE_OPTIONS", "MoEFFN", "Routing", "TopKRouter", "active_parameters", "auxiliary_loss", "moe_ffn",
            "moe_layers", "routing_stats"]
@@ -64,18 +61,4 @@ MOE = register(
 )
 
 # The same FFN in ViT, for the image task.
-MOE_VIT = register(
-    Variant(
-        name="moe",
-        paper=SWITCH,
-        tasks=("cifar",),
-        config_class=ViTConfig,
-        presets=VIT_PRESETS,
-        build=VisionTransformer,
-        changes=(CHANGE,),
-        default_preset="cpu",
-        summary=SUMMARY,
-        base_overrides={"ffn": "moe", "ffn_options": dict(MOE_OPTIONS)},
-        example_input=image_inputs,
-    )
-)
+MOE_VIT = register(on_vit(MOE))

@@ -5,6 +5,8 @@ a sequence of linearly projected patches through the encoder alone and classifie
 Each change below can be reverted alone through its ``revert`` overrides (leave-one-out ablation).
 """
 
+import dataclasses
+
 from zoo.registry import Change, Paper, Variant, register
 from zoo.vision import image_inputs
 from zoo.vit.config import DEFAULT_PRESET, PRESETS, ViTConfig
@@ -72,5 +74,13 @@ VIT = register(
 
 __all__ = [
     "CHANGES", "PAPER", "PRESETS", "VIT", "ViTConfig", "VisionTransformer", "drop_path_rates", "load_timm_weights",
-    "resample_positions", "timm_kwargs",
+    "on_vit", "resample_positions", "timm_kwargs",
 ]
+
+
+def on_vit(variant: Variant, presets: dict | None = None) -> Variant:
+    """The same patch applied to ViT instead of the classic encoder–decoder, for the image task: ``variant``'s
+    paper, changes and base overrides on ViT's config, presets (``presets``: ViT's plus extra ones) and builder."""
+    return dataclasses.replace(variant, tasks=("cifar",), config_class=ViTConfig,
+                               presets={**PRESETS, **(presets or {})}, build=VisionTransformer,
+                               default_preset=DEFAULT_PRESET, example_input=image_inputs)
