@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tasks.lab.lesson import LESSONS, LabSettings, run_lesson
+from tasks.lab.lesson import LESSONS, LabSettings, get_lesson, run_lesson
 
 
 def add_lab_command(sub: argparse._SubParsersAction) -> None:
@@ -40,8 +40,6 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     for name in names:
-        from tasks.lab.lesson import get_lesson
-
         lesson = get_lesson(name)  # unknown names fail here, before any work
         out = Path(args.out) / name if args.out and len(names) > 1 else Path(args.out or f"runs/lab/{name}")
         print(f"lesson {name}: {lesson.title}{' (quick)' if args.quick else ''}", file=sys.stderr)

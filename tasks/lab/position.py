@@ -47,6 +47,7 @@ from tasks.lab.toolkit import (
     translation_data,
 )
 from tasks.report import markdown_table
+from tasks.translation.corpus import source_words
 from tasks.translation.metrics import translation_metrics
 
 LR = 2e-3  # constant Adam rate: the tiny model reaches BLEU ~85 in-distribution in ~300 steps
@@ -140,10 +141,6 @@ def init_ratios(model: Transformer, length: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def _words(source: str) -> int:
-    return len(source.split()) - 1  # the final "." is not a word
-
-
 @torch.no_grad()
 def teacher_forced(model: Transformer, data: Seq2SeqData, splits: tuple[str, ...]) -> dict:
     """Teacher-forced loss of the first split, and next-token accuracy per source length (words) over ``splits``."""
@@ -158,7 +155,7 @@ def teacher_forced(model: Transformer, data: Seq2SeqData, splits: tuple[str, ...
         out.setdefault("loss", float(F.cross_entropy(logits[valid], gold[valid])))
         accuracy = (((logits.argmax(-1) == gold) & valid).sum(1) / valid.sum(1)).tolist()  # (B,) per sentence
         for (source, _), acc in zip(data.text[split], accuracy):
-            hits.setdefault(_words(source), []).append(acc)
+            hits.setdefault(source_words(source), []).append(acc)
     out["accuracy_by_length"] = {n: sum(hits[n]) / len(hits[n]) for n in sorted(hits)}
     return out
 
@@ -177,7 +174,7 @@ def bleu_by_length(model: Transformer, data: Seq2SeqData, limit: int, max_len: i
     groups: dict[int, tuple[list[str], list[str]]] = {}
     for split, hyp in hyps.items():
         for h, (source, ref) in zip(hyp, data.text[split]):
-            words = _words(source)
+            words = source_words(source)
             groups.setdefault(words, ([], []))[0].append(h)
             groups[words][1].append(ref)
     out["by_length"] = {n: translation_metrics(*groups[n])["bleu"] for n in sorted(groups)
@@ -259,7 +256,7 @@ def _measure(data: Seq2SeqData, models: dict[str, Transformer], runs: dict[str, 
         "init_ratio": init_ratios(models["sinusoidal"], data.longest_train + 2),
         "learned_rows": _untrained_rows(models["learned"], learned_init, data.longest_train + 1),
         "longest_train": data.longest_train, "longest_long": _long_length(data),
-        "longest_train_words": max(_words(s) for s, _ in data.text["train"]),
+        "longest_train_words": max(source_words(s) for s, _ in data.text["train"]),
     }
     f["checks"], f["observed"] = _checks(f)
     return f

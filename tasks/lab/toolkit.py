@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from core.decoding import greedy_decode, strip_special
 from core.model import Transformer, TransformerConfig, build_transformer
 from core.multihead import record_attention
+from core.schedule import noam_rate
 from tasks.translation.task import pad_batch
 
 
@@ -151,8 +152,9 @@ def train(
 
 
 def noam(d_model: int, warmup: int, peak: float) -> Callable[[int], float]:
-    """The paper's schedule d^-0.5·min(s^-0.5, s·w^-1.5) (s = step + 1), scaled so its maximum is ``peak``."""
-    return lambda step: peak * min((step + 1) ** -0.5 * warmup**0.5, (step + 1) / warmup)
+    """The paper's schedule (:func:`core.schedule.noam_rate`, step = index + 1), scaled so its maximum is ``peak``."""
+    factor = peak * (d_model * warmup) ** 0.5  # noam_rate peaks at d_model^-0.5 · warmup^-0.5
+    return lambda step: noam_rate(step + 1, d_model, warmup, factor)
 
 
 @torch.no_grad()
