@@ -23,6 +23,21 @@ def check_positive(name: str, value: object, *, allow_zero: bool = False) -> Non
         raise ValueError(f"{name} must be {bound}, got {value}")
 
 
+def check_bool(name: str, value: object) -> None:
+    """Raise if ``value`` is not a bool (a 0/1 int or a "true" string is not taken for one)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def check_int_tuple(name: str, value: object) -> tuple[int, ...]:
+    """``value`` (a non-empty tuple or list of positive ints, one per stage) as a tuple; raise otherwise."""
+    if not isinstance(value, (tuple, list)) or not value:
+        raise TypeError(f"{name} must be a non-empty tuple of ints (one per stage), got {value!r}")
+    for item in value:
+        check_positive(f"each entry of {name}", item)
+    return tuple(value)
+
+
 def check_probability(name: str, value: object) -> None:
     """Raise if ``value`` is not a float in [0, 1) (dropout rates, label smoothing)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from core.attention import KERNELS
-from core.errors import check_choices, check_positive, check_probability
+from core.errors import check_bool, check_choices, check_int_tuple, check_positive, check_probability
 from core.ffn import ACTIVATIONS
 
 TOKENIZERS = ("overlap", "patch", "vocabulary")
@@ -80,7 +80,7 @@ class MISSFormerConfig:
             check_positive(name, getattr(self, name))
         check_positive("bridge_depth", self.bridge_depth, allow_zero=True)
         for name in ("widths", "depths", "heads", "sr_ratios"):
-            setattr(self, name, self._int_tuple(name))
+            setattr(self, name, check_int_tuple(name, getattr(self, name)))
         for name in ("depths", "heads", "sr_ratios"):
             if len(getattr(self, name)) != len(self.widths):
                 raise ValueError(
@@ -94,8 +94,7 @@ class MISSFormerConfig:
         for name in ("dropout", "attention_dropout", "drop_path"):
             check_probability(name, getattr(self, name))
         for name in ("resolution_agnostic", "spatial_reduction", "hierarchy", "norm_first"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+            check_bool(name, getattr(self, name))
         check_choices("MISSFormerConfig", (
             ("kernel", self.kernel, KERNELS),
             ("tokens", self.tokens, TOKENIZERS),
@@ -105,14 +104,6 @@ class MISSFormerConfig:
         ))
         self._check_widths()
         self.check_size(self.image_size, self.image_size, "image_size")
-
-    def _int_tuple(self, name: str) -> tuple[int, ...]:
-        value = getattr(self, name)
-        if not isinstance(value, (tuple, list)) or not value:
-            raise TypeError(f"{name} must be a non-empty tuple of ints (one per stage), got {value!r}")
-        for item in value:
-            check_positive(f"each entry of {name}", item)
-        return tuple(value)
 
     def _check_widths(self) -> None:
         for i, stage in enumerate(self.stages()):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from core.attention import KERNELS
-from core.errors import check_choices, check_positive, check_probability
+from core.errors import check_bool, check_choices, check_int_tuple, check_positive, check_probability
 from core.ffn import ACTIVATIONS
 from zoo.vision import check_image_geometry
 
@@ -83,7 +83,7 @@ class SwinConfig:
         for name in ("image_size", "patch_size", "in_channels", "num_classes", "embed_dim"):
             check_positive(name, getattr(self, name))
         check_image_geometry(self.image_size, self.patch_size, self.in_channels)
-        self.depths, self.heads = self._int_tuple("depths"), self._int_tuple("heads")
+        self.depths, self.heads = check_int_tuple("depths", self.depths), check_int_tuple("heads", self.heads)
         if len(self.heads) != len(self.depths):
             raise ValueError(
                 f"heads={self.heads} must give one head count per stage, like depths={self.depths} "
@@ -102,8 +102,7 @@ class SwinConfig:
         for name in ("dropout", "attention_dropout", "drop_path"):
             check_probability(name, getattr(self, name))
         for name in ("hierarchy", "norm_first"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+            check_bool(name, getattr(self, name))
         check_choices("SwinConfig", (
             ("kernel", self.kernel, KERNELS),
             ("tokens", self.tokens, TOKENIZERS),
@@ -112,14 +111,6 @@ class SwinConfig:
             ("readout", self.readout, READOUTS),
         ))
         self.stages()  # validates resolutions, windows and heads per stage
-
-    def _int_tuple(self, name: str) -> tuple[int, ...]:
-        value = getattr(self, name)
-        if not isinstance(value, (tuple, list)) or not value:
-            raise TypeError(f"{name} must be a non-empty tuple of ints (one per stage), got {value!r}")
-        for item in value:
-            check_positive(f"each entry of {name}", item)
-        return tuple(value)
 
     @property
     def grid(self) -> int:
