@@ -29,11 +29,10 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from core.attention import build_kernel
-from core.ffn import PositionwiseFFN
 from core.layers import EncoderLayer, layer_norm
 from core.multihead import MultiHeadAttention
 from zoo.missformer.config import MISSFormerConfig
-from zoo.missformer.ffn import ReMixFFN
+from zoo.missformer.ffn import stage_ffn
 
 
 @dataclass(frozen=True)
@@ -110,12 +109,7 @@ class BridgeFFN(nn.Module):
 
     def __init__(self, widths: tuple[int, ...], config: MISSFormerConfig) -> None:
         super().__init__()
-        c = config
-        self.ffns = nn.ModuleList(
-            ReMixFFN(w, c.d_ff(w), c.activation, c.dropout, c.norm_eps) if c.ffn == "remix"
-            else PositionwiseFFN(w, c.d_ff(w), c.activation, c.dropout)
-            for w in widths
-        )
+        self.ffns = nn.ModuleList(stage_ffn(w, config) for w in widths)
 
     def forward(self, x: Tensor, layout: BridgeLayout) -> Tensor:
         return layout.fuse([ffn(m) for ffn, m in zip(self.ffns, layout.split(x))])  # (B, T, C₁)

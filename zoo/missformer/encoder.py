@@ -20,12 +20,11 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from core.attention import build_kernel
-from core.ffn import PositionwiseFFN
 from core.layers import Encoder, EncoderLayer, layer_norm
 from core.parts import tag
 from zoo.missformer.attention import EfficientSelfAttention
 from zoo.missformer.config import MISSFormerConfig, Stage
-from zoo.missformer.ffn import ReMixFFN
+from zoo.missformer.ffn import stage_ffn
 from zoo.vision import drop_path_rates
 
 
@@ -54,10 +53,7 @@ def transformer_block(config: MISSFormerConfig, stage: Stage, drop_path: float =
     kernel = build_kernel(c.kernel, c.attention_dropout)
     attention = EfficientSelfAttention(stage.dim, stage.heads, stage.sr if c.spatial_reduction else 1, kernel,
                                        c.norm_eps)
-    if c.ffn == "remix":
-        ffn: nn.Module = ReMixFFN(stage.dim, c.d_ff(stage.dim), c.activation, c.dropout, c.norm_eps)
-    else:
-        ffn = PositionwiseFFN(stage.dim, c.d_ff(stage.dim), c.activation, c.dropout)
+    ffn = stage_ffn(stage.dim, c)
     norm = functools.partial(layer_norm, eps=c.norm_eps)
     return EncoderLayer(stage.dim, attention, ffn, c.dropout, c.norm_first, norm, drop_path)
 

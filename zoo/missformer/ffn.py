@@ -20,7 +20,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from core.errors import check_positive, check_probability, unknown_name
-from core.ffn import ACTIVATIONS
+from core.ffn import ACTIVATIONS, PositionwiseFFN
 
 
 class ReMixFFN(nn.Module):
@@ -59,3 +59,12 @@ class ReMixFFN(nn.Module):
         hidden = self.fc1(x)  # (B, h, w, F)
         mixed = rearrange(self.dwconv(rearrange(hidden, "b h w f -> b f h w")), "b f h w -> b h w f")
         return self.fc2(self.dropout(self.act(self.norm(mixed + hidden))))  # (B, h, w, C)
+
+
+def stage_ffn(dim: int, config) -> nn.Module:
+    """The FFN of a width-``dim`` block: ReMix-FFN, or the classic position-wise FFN when ``config.ffn`` is
+    reverted to ``"dense"`` (``config``: a :class:`~zoo.missformer.config.MISSFormerConfig`)."""
+    c = config
+    if c.ffn == "remix":
+        return ReMixFFN(dim, c.d_ff(dim), c.activation, c.dropout, c.norm_eps)
+    return PositionwiseFFN(dim, c.d_ff(dim), c.activation, c.dropout)
