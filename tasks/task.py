@@ -86,6 +86,18 @@ class Task:
         """The global batches of ``epoch`` (deterministic from the seed and the epoch)."""
         raise NotImplementedError
 
+    def shuffled_batches(self, n: int, epoch: int, min_last: int) -> list[list[tuple[int, int]]]:
+        """Rows ``(item index, epoch)`` of ``n`` items, shuffled from (seed, epoch) and cut into ``batch_size``
+        batches; a last batch smaller than ``min_last`` is dropped. The epoch in each row keys the item's
+        augmentation, so a resumed or distributed run sees the same items as an uninterrupted one."""
+        gen = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
+        order = torch.randperm(n, generator=gen).tolist()
+        size = self.config.batch_size
+        batches = [[(i, epoch) for i in order[j : j + size]] for j in range(0, len(order), size)]
+        if len(batches) > 1 and len(batches[-1]) < min_last:
+            batches.pop()
+        return batches
+
     def loss(self, model: nn.Module, rows: Sequence[Any]) -> tuple[Tensor, float]:
         """Summed loss over the rows' items and the number of items (tokens, images, pixels)."""
         raise NotImplementedError

@@ -155,13 +155,7 @@ class CifarTask(Task):
     # --- training ------------------------------------------------------------------------------------
     def train_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
         """Shuffled batches of rows ``(image index, epoch)``: the epoch keys each image's augmentation."""
-        gen = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
-        order = torch.randperm(len(self.labels["train"]), generator=gen).tolist()
-        size = self.config.batch_size
-        batches = [[(i, epoch) for i in order[j : j + size]] for j in range(0, len(order), size)]
-        if len(batches) > 1 and len(batches[-1]) < self.dist.world:  # every rank needs at least one image
-            batches.pop()
-        return batches
+        return self.shuffled_batches(len(self.labels["train"]), epoch, self.dist.world)  # every rank needs an image
 
     def augmentation(self, epoch: int) -> tuple[Tensor, Tensor]:
         """Crop offsets (N, 2) and flips (N,) of every training image in ``epoch``, drawn from (seed, epoch)."""

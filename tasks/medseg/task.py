@@ -142,6 +142,7 @@ class MedsegTask(Task):
         self.train_images = torch.from_numpy(images.astype(np.float32))[:, None]  # (N, 1, S, S)
         self.train_labels = torch.from_numpy(labels.astype(np.int64))[:, None]  # (N, 1, S, S)
         self._augment = self._augmentation() if self._augmenting() else None
+        self._zoomed_valid: dict[str, Tensor] = {}  # case -> (D, 1, S, S), filled by the first validation
         from monai.losses import DiceCELoss
 
         self.criterion = DiceCELoss(to_onehot_y=True, softmax=True, lambda_dice=c.dice_weight, lambda_ce=c.ce_weight)
@@ -199,13 +200,7 @@ class MedsegTask(Task):
     # --- training ------------------------------------------------------------------------------------
     def train_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
         """Shuffled batches of rows ``(slice index, epoch)``: the epoch keys each slice's augmentation."""
-        gen = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
-        order = torch.randperm(len(self.train_images), generator=gen).tolist()
-        size = self.config.batch_size
-        batches = [[(i, epoch) for i in order[j : j + size]] for j in range(0, len(order), size)]
-        if len(batches) > 1 and len(batches[-1]) < max(self.dist.world, 2):  # Dice needs more than one slice
-            batches.pop()
-        return batches
+        return self.shuffled_batches(len(self.train_images), epoch, max(self.dist.world, 2))  # Dice needs 2+ slices
 
     def augmented(self, rows: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor]:
         """Images ``(B, 1, S, S)`` and labels ``(B, 1, S, S)`` of ``rows``, augmented from (seed, epoch, index)."""
@@ -234,6 +229,16 @@ class MedsegTask(Task):
 
     # --- evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
+    def zoomed(self, volume: Volume) -> Tensor:
+        """The volume's slices zoomed to ``image_size`` as model input ``(D, 1, S, S)``; validation cases, scored
+        every epoch, are zoomed once and kept (test cases, scored once, are not kept: real ones are large)."""
+        if volume.case in self._zoomed_valid:
+            return self._zoomed_valid[volume.case]
+        slices = torch.from_numpy(zoom_slices(volume.image, self.config.image_size, 3).astype(np.float32))[:, None]
+        if any(volume is v for v in self.volumes["valid"]):
+            self._zoomed_valid[volume.case] = slices
+        return slices
+
     def predict_volume(self, model: nn.Module, volume: Volume) -> np.ndarray:
         """Label volume predicted slice by slice, zoomed back to the slice size with order 0 (the papers' way).
 
@@ -241,7 +246,7 @@ class MedsegTask(Task):
             image (D, H, W) -> labels (D, H, W) uint8.
         """
         size, (d, h, w) = self.config.image_size, volume.image.shape
-        slices = torch.from_numpy(zoom_slices(volume.image, size, 3).astype(np.float32))[:, None]  # (D, 1, S, S)
+        slices = self.zoomed(volume)  # (D, 1, S, S)
         preds = []
         for j in range(0, d, self.config.eval_batch_size):
             logits = model(slices[j : j + self.config.eval_batch_size].to(self.device))  # (b, K, S, S)
@@ -276,7 +281,10 @@ class MedsegTask(Task):
         expected = len(self.volumes[split])
         if len(records) != expected:
             raise ValueError(f"expected one record per case of {split!r} ({expected}), got {len(records)}")
-        summaries = self._summaries(records)
+        return self._headline(self._summaries(records))
+
+    def _headline(self, summaries: dict[str, dict]) -> dict[str, float]:
+        """Mean Dice and HD95 in the headline convention, and in the mm one."""
         head = summaries[self.config.hd95]
         return {"dice": head["mean_dice"], "hd95": head["mean_hd95"],
                 "dice_mm": summaries["mm"]["mean_dice"], "hd95_mm": summaries["mm"]["mean_hd95"]}
@@ -294,7 +302,7 @@ class MedsegTask(Task):
                 samples += [(f"{volume.case} slice {z}", volume.image[z], volume.label[z], pred[z])
                             for z in pick_overlay_slices(volume.label, 2)]
         summaries = self._summaries(records)
-        metrics = {**self.score(records, "test"), "conventions": summaries}
+        metrics = {**self._headline(summaries), "conventions": summaries}
         head = summaries[c.hd95]
         lines = ["## Test results", "",
                  f"{data.name} from {data.source}: {len(self.volumes['train'])} training cases "
