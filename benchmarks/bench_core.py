@@ -99,8 +99,12 @@ HEADER = f"{'benchmark':<52} {'ours':>12} {'peer':>12} {'ours/peer':>9} {'target
 # ----------------------------------------------------------------------------------------- timing
 
 
-def time_pair(ours: Step, peer: Step, warmup: int, rounds: int) -> tuple[list[float], list[float]]:
-    """Milliseconds per call of ``ours`` and ``peer``, run alternately (order flipped every round)."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # cpu: this process's CPU time, robust when shared
+
+
+def time_pair(ours: Step, peer: Step, warmup: int, rounds: int, clock: Callable[[], float] = time.perf_counter
+              ) -> tuple[list[float], list[float]]:
+    """Milliseconds per call of ``ours`` and ``peer`` on ``clock``, run alternately (order flipped every round)."""
     for _ in range(warmup):
         ours()
         peer()
@@ -108,9 +112,9 @@ def time_pair(ours: Step, peer: Step, warmup: int, rounds: int) -> tuple[list[fl
     steps = (ours, peer)
     for r in range(rounds):
         for i in (0, 1) if r % 2 == 0 else (1, 0):
-            start = time.perf_counter()
+            start = clock()
             steps[i]()
-            times[i].append((time.perf_counter() - start) * 1e3)
+            times[i].append((clock() - start) * 1e3)
     return times
 
 

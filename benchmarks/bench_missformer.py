@@ -16,7 +16,7 @@ The two are different architectures, so there is no target: the table gives medi
 the medians, and each model's throughput in images/s; the closing line gives the throughput ratio
 MISSFormer / SwinUNETR (above 1: ours trains faster per image).
 
-Timing as in ``bench_swin.py`` (whose ``time_pair`` this reuses): warm-up steps, then R rounds alternating
+Timing by ``bench_core.time_pair``: warm-up steps, then R rounds alternating
 ours/peer (the order flips every round); ``--clock cpu`` times the CPU time of this process, which other
 processes on a shared machine do not inflate (use it with ``--threads 1``). On a loaded machine two threads
 can be several times slower than one: every small op waits for the thread that was descheduled.
@@ -35,8 +35,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from bench_core import HEADER, Row, print_row, summarise, timed_row
-from bench_swin import CLOCKS, time_pair
+from bench_core import CLOCKS, HEADER, Row, print_row, summarise, time_pair, timed_row
 from torch import Tensor, nn
 
 import zoo

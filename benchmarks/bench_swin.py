@@ -27,15 +27,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from bench_core import CLOCKS, HEADER, Row, eval_diff, print_row, summarise, time_pair, timed_row
 from timm.models.swin_transformer import SwinTransformer as TimmSwin
 from torch import nn
 
@@ -45,55 +44,6 @@ from zoo.swin import load_timm_weights, timm_kwargs
 Step = Callable[[], None]
 BATCH, IMAGE, CHANNELS, CLASSES = 32, 32, 3, 10
 TARGET = 1.10
-NOISY = 0.10  # relative IQR above which a timing is flagged as noisy
-
-
-@dataclass
-class Row:
-    """One line of the results table."""
-
-    name: str
-    ours: float
-    peer: float
-    target: float
-    spread: float  # the larger relative interquartile range of the two sample sets
-
-    @property
-    def ratio(self) -> float:
-        return self.ours / self.peer
-
-    def line(self) -> str:
-        mark = "PASS" if self.ratio <= self.target else "MISS"
-        return (f"{self.name:<44} {self.ours:9.1f} ms {self.peer:9.1f} ms {self.ratio:>9.3f} "
-                f"{f'<={self.target:.2f}':>7} {mark:>5} {100 * self.spread:4.0f}%")
-
-
-HEADER = f"{'benchmark':<44} {'ours':>12} {'timm':>12} {'ours/timm':>9} {'target':>7} {'mark':>5} {'IQR':>5}"
-
-
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-def time_pair(ours: Step, peer: Step, warmup: int, rounds: int, clock: Callable[[], float] = time.perf_counter
-              ) -> tuple[list[float], list[float]]:
-    """Milliseconds per call of ``ours`` and ``peer``, run alternately (order flipped every round)."""
-    for _ in range(warmup):
-        ours()
-        peer()
-    times: tuple[list[float], list[float]] = ([], [])
-    steps = (ours, peer)
-    for r in range(rounds):
-        for i in (0, 1) if r % 2 == 0 else (1, 0):
-            start = clock()
-            steps[i]()
-            times[i].append((clock() - start) * 1e3)
-    return times
-
-
-def relative_iqr(samples: list[float]) -> float:
-    """Interquartile range over median: how noisy one set of timings is."""
-    q1, median, q3 = statistics.quantiles(samples, n=4)
-    return (q3 - q1) / median
 
 
 def build_pair(preset: str) -> tuple[nn.Module, nn.Module, str]:
@@ -107,17 +57,6 @@ def build_pair(preset: str) -> tuple[nn.Module, nn.Module, str]:
     sizes = (f"embed {config.embed_dim}, depths {config.depths}, heads {config.heads}, patch {config.patch_size}, "
              f"window {config.window_size}, drop_path {config.drop_path}, {params / 1e6:.2f}M params")
     return ours, peer, sizes
-
-
-def eval_diff(ours: nn.Module, peer: nn.Module, images: torch.Tensor) -> float:
-    """Max |ours - timm| of the logits with dropout and stochastic depth off."""
-    ours.eval()
-    peer.eval()
-    with torch.no_grad():
-        diff = (ours(images) - peer(images)).abs().max().item()
-    ours.train()
-    peer.train()
-    return diff
 
 
 def train_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> Step:
@@ -137,12 +76,9 @@ def bench_train_step(preset: str, warmup: int, rounds: int, clock: Callable[[], 
     gen = torch.Generator().manual_seed(0)
     images = torch.randn(BATCH, CHANNELS, IMAGE, IMAGE, generator=gen)
     labels = torch.randint(0, CLASSES, (BATCH,), generator=gen)
-    diff = eval_diff(ours, peer, images)
+    diff = eval_diff(ours, peer, lambda: ours(images), lambda: peer(images))
     steps = train_step(ours, images, labels), train_step(peer, images, labels)
-    ours_t, peer_t = time_pair(*steps, warmup, rounds, clock)
-    spread = max(relative_iqr(ours_t), relative_iqr(peer_t))
-    row = Row(f"train step {preset} B{BATCH} {IMAGE}x{IMAGE}", statistics.median(ours_t), statistics.median(peer_t),
-              TARGET, spread)
+    row = timed_row(f"train step {preset} B{BATCH} {IMAGE}x{IMAGE}", time_pair(*steps, warmup, rounds, clock), TARGET)
     return row, f"{sizes}; eval max|diff| {diff:.1e}"
 
 
@@ -154,13 +90,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall: perf_counter (default); cpu: process CPU time, robust on a shared machine")
     return parser.parse_args(argv)
-
-
-def check_load(threads: int) -> None:
-    """Warn when other processes compete for the CPUs: then every timing is noisy, whoever is measured."""
-    load = os.getloadavg()[0]
-    if load > threads + 0.5:
-        print(f"WARNING: 1-min load average {load:.1f} > {threads} threads: other processes share the CPUs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,15 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for preset in ("cpu",) if args.quick else ("cpu", "swin-t-32"):
         row, note = bench_train_step(preset, warmup, rounds, CLOCKS[args.clock])
-        print(row.line() + f"   ({note})", flush=True)
-        rows.append(row)
-    check_load(torch.get_num_threads() + 1)  # + 1: this process itself, which just left the CPUs
-    noisy = [row.name for row in rows if row.spread > NOISY]
-    if noisy:
-        print(f"NOTE: IQR > {NOISY:.0%} (noisy timings, rerun on a quiet machine): {'; '.join(noisy)}")
-    misses = [row.name for row in rows if row.ratio > row.target]
-    listed = ": " + "; ".join(misses) if misses else ""
-    print(f"\n{len(misses)} of {len(rows)} targets missed{listed}; total {time.perf_counter() - start:.0f} s")
+        rows.append(print_row(row, f"({note})"))
+    summarise(rows, start)
     return 0
 
 
