@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tasks import commands
 
     commands.add_task_commands(sub)
+    from tasks.run_commands import add_run_commands
+
+    add_run_commands(sub)
     from tasks.lab.cli import add_lab_command
 
     add_lab_command(sub)

@@ -27,6 +27,7 @@ class Task:
     baseline: str = "classic"  # the variant every other is compared with
     headline: tuple[str, str] = ("test", "")  # (split, metric) in the final results that ranks variants
     extra_columns: tuple[tuple[str, str, str], ...] = ()  # (split, metric, column title) also shown
+    eval_splits: tuple[str, ...] = ("test",)  # splits `zoo evaluate --split` accepts; the default is the first
     # --variant names that are not zoo variants (e.g. a CNN baseline): name -> builder; no delta analysis
     reference_models: dict[str, Callable[..., nn.Module]] = {}
 
@@ -111,8 +112,11 @@ class Task:
         """Metrics from all records of a split; must contain ``main_metric``."""
         raise NotImplementedError
 
-    def final_report(self, model: nn.Module, out_dir) -> tuple[dict[str, Any], str]:
-        """Test-time evaluation after training: (metrics, markdown section for report.md)."""
+    def final_report(self, model: nn.Module, out_dir, splits: Sequence[str] | None = None
+                     ) -> tuple[dict[str, Any], str]:
+        """Test-time evaluation after training (and by ``zoo evaluate``) of ``splits`` (default: the task's test
+        splits): (metrics, markdown section for report.md). Writes ``predictions/<split>.jsonl`` under ``out_dir``
+        (see :mod:`tasks.records`)."""
         return {}, ""
 
     def delta_overrides(self) -> dict[str, Any]:
@@ -121,3 +125,39 @@ class Task:
 
     def save_artifacts(self, out_dir) -> None:
         """Files the run needs besides the checkpoint (a tokenizer, class names...)."""
+
+    # --- using a finished run (see tasks.run) --------------------------------------------------------
+    def preprocessing(self) -> dict[str, Any]:
+        """What inference needs besides the weights, as JSON (run.json): how inputs were encoded or normalised,
+        the classes, the artefact files (names relative to the run folder). Called after ``setup``."""
+        return {}
+
+    def artifact_files(self) -> list[str]:
+        """Files of the run folder that :meth:`restore` reads (copied by ``zoo export``)."""
+        return []
+
+    def restore(self, preprocessing: dict[str, Any], run_dir) -> None:
+        """Set what ``setup`` would fit on the training data from a saved run's ``preprocessing``, so that the
+        run's model can be rebuilt and used without its training data; a later ``setup()`` (to evaluate on
+        data) reads the data but keeps this preprocessing."""
+        self.restored = dict(preprocessing)
+
+    restored: dict[str, Any] | None = None  # the saved preprocessing, once restore() ran
+
+    def reference_args(self) -> tuple:
+        """The arguments of a reference model's builder (``reference_models``), from the preprocessing."""
+        return ()
+
+    def build_saved_model(self, variant: str, variant_config: dict[str, Any] | None) -> nn.Module:
+        """The model a run describes: a reference model from :meth:`reference_args`, or the zoo variant from its
+        saved full config (not from presets: the presets may have changed since). Sets ``self.model_config``."""
+        import zoo
+        from tasks.run import config_from_dict
+
+        if variant in self.reference_models:
+            return self.reference_models[variant](*self.reference_args())
+        if variant_config is None:
+            raise ValueError(f"run.json holds no config of variant {variant!r}; it cannot be rebuilt")
+        registered = zoo.get_variant(variant, self.name)
+        self.model_config = config_from_dict(registered.config_class, variant_config)
+        return registered.build(self.model_config)

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from tasks.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.distributed import all_reduce_sum, gather_records, init_distributed, shard
 from tasks.report import markdown_table, plot_curves, write_report
+from tasks.run import RUN_FILE, run_info, write_json_atomic
 from tasks.task import Task
 from zoo.moe import auxiliary_loss, routing_stats
 
@@ -141,6 +142,7 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             c.save(self.out / "config.json")
             task.save_artifacts(self.out)
+            write_json_atomic(self.out / RUN_FILE, run_info(task))  # what `zoo.load_run` rebuilds the model from
 
         start = time.perf_counter()
         try:
