@@ -14,6 +14,9 @@ Two kernels compute the same thing:
 Both follow the package mask convention (``True`` = may attend), put ``-inf`` on masked scores
 before the softmax, and return zeros — not NaN — for a query that may attend nothing.
 
+A kernel that can also run as an RNN (linear attention) subclasses :class:`RecurrentKernel` and adds
+``step``; multi-head attention then decodes with it from a fixed-size state instead of a key/value cache.
+
 Shape legend: B batch, H heads, Nq queries, Nk keys, Dh head width.
 """
 
@@ -55,6 +58,30 @@ class AttentionKernel(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
+        raise NotImplementedError
+
+
+class RecurrentKernel(AttentionKernel):
+    """An attention kernel that can also run as an RNN during incremental decoding (e.g. linear attention).
+
+    When :class:`~core.multihead.MultiHeadAttention` decodes self-attention with a cache and its kernel is a
+    ``RecurrentKernel``, it calls :meth:`step` instead of growing a key/value cache; ``forward`` (the parallel
+    form, used for training and for whole sequences) must give the same outputs as consecutive steps.
+    """
+
+    def step(self, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor:
+        """Attend the new positions causally, given and updating the fixed-size summary of the past.
+
+        Args:
+            q, k, v: the new positions only, ``(B, H, n, Dh)`` (``Dv`` for ``v``); the first step starts the
+                sequence. Position schemes acting on q and k (RoPE) are already applied.
+            cache: the layer's :class:`~core.multihead.KVCache`; read and replace ``cache.state`` (a tuple of
+                batch-first tensors, ``None`` before the first step, reordered along the batch by beam search).
+                Its keys/values stay empty and the caller counts the positions.
+
+        Returns:
+            ``(B, H, n, Dv)``: each new query attends every earlier position and the new ones up to itself.
+        """
         raise NotImplementedError
 
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from core.attention import AttentionKernel, ScaledDotProductAttention
+from core.attention import AttentionKernel, RecurrentKernel, ScaledDotProductAttention
 from core.errors import check_positive
 from core.masks import check_mask
 from core.position import PositionalScheme
@@ -31,8 +31,8 @@ class KVCache:
     """Keys and values already computed by one attention layer during incremental decoding.
 
     For self-attention each step appends the new position; for cross-attention (``static=True``) the
-    encoder memory's keys and values are computed at the first step and reused afterwards. A recurrent
-    kernel (``kernel.recurrent = True``, e.g. linear attention) stores no keys/values: it keeps a fixed-size
+    encoder memory's keys and values are computed at the first step and reused afterwards. A
+    :class:`~core.attention.RecurrentKernel` (e.g. linear attention) stores no keys/values: it keeps a fixed-size
     summary of the past in ``state`` (a tuple of batch-first tensors) and ``state_length`` counts its positions.
     """
 
@@ -134,7 +134,7 @@ class MultiHeadAttention(nn.Module):
         offset = cache.length if (cache is not None and self_attention) else 0
         if self_attention and self.position is not None:
             q, k = self.position.rotate(q, offset), self.position.rotate(k, offset)
-        if cache is not None and self_attention and getattr(self.kernel, "recurrent", False):
+        if cache is not None and self_attention and isinstance(self.kernel, RecurrentKernel):
             return self.out(rearrange(self._recurrent_step(q, k, v, mask, cache), "b h n d -> b n (h d)"))
         if cache is not None:
             k, v = cache.update(k, v)
@@ -147,8 +147,8 @@ class MultiHeadAttention(nn.Module):
         return self.out(rearrange(out, "b h n d -> b n (h d)"))  # (B, Nq, D)
 
     def _recurrent_step(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cache: KVCache) -> Tensor:
-        """Incremental self-attention with a recurrent kernel: ``kernel.step(q, k, v, cache)`` sees only the new
-        positions ``(B, H, Nq, Dh)`` and folds them into ``cache.state`` (O(1) per step instead of a growing
+        """Incremental self-attention with a :class:`~core.attention.RecurrentKernel`: its ``step`` sees only the
+        new positions ``(B, H, Nq, Dh)`` and folds them into ``cache.state`` (O(1) per step instead of a growing
         cache); it is causal by construction. Returns ``(B, H, Nq, Dh)``."""
         if mask is not None:
             raise ValueError(

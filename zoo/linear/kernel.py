@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
 
-from core.attention import AttentionKernel
+from core.attention import RecurrentKernel
 from core.errors import check_positive
 from core.masks import causal_mask
 from zoo.linear.feature_maps import build_feature_map
@@ -97,7 +97,7 @@ def key_mask_of(mask: Tensor | None) -> Tensor | None:
     return mask.transpose(-2, -1)
 
 
-class LinearAttention(AttentionKernel):
+class LinearAttention(RecurrentKernel):
     """Linear attention φ(Q)(φ(K)ᵀV) / (φ(Q)·Σφ(K)), a drop-in :class:`~core.attention.AttentionKernel`.
 
     Args:
@@ -114,12 +114,11 @@ class LinearAttention(AttentionKernel):
 
     Masks: key-padding masks and ``is_causal`` (bottom-right aligned when Nq != Nk) only; no score ``bias``.
     With ``need_weights`` it also returns the implied ``(B, H, Nq, Nk)`` weights (built for visualisation).
-    ``recurrent = True``: during incremental decoding multi-head attention calls :meth:`step` instead.
+    A :class:`~core.attention.RecurrentKernel`: during incremental decoding multi-head attention calls
+    :meth:`step` instead.
 
     Shape: q ``(B, H, Nq, Dh)``, k ``(B, H, Nk, Dh)``, v ``(B, H, Nk, Dv)`` -> ``(B, H, Nq, Dv)``.
     """
-
-    recurrent = True
 
     def __init__(
         self,
