@@ -60,20 +60,12 @@ import h5py
 import numpy as np
 
 from core.errors import unknown_name
+from tasks.medseg.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
 DATASETS = ("synapse", "acdc")
-SYNAPSE_CLASSES = [
-    "background", "aorta", "gallbladder", "left_kidney", "right_kidney", "liver", "pancreas", "spleen", "stomach",
-]
 ACDC_CLASSES = ["background", "RV", "Myo", "LV"]
-SYNAPSE_TEST_CASES = tuple(f"case{n:04d}" for n in (1, 2, 3, 4, 8, 22, 25, 29, 32, 35, 36, 38))
-"""The 12 test cases of TransUNet's split, used by every Synapse paper."""
-SYNAPSE_TRAIN_CASES = tuple(
-    f"case{n:04d}" for n in (5, 6, 7, 9, 10, 21, 23, 24, 26, 27, 28, 30, 31, 33, 34, 37, 39, 40)
-)
-"""The 18 training cases of TransUNet's split (2211 slices in the real data)."""
 
 # "case0005_slice012", "case_001_sliceED_0" (tag ED: case "case_001_ED"), "patient001_frame01_slice_1".
 _SLICE_NAME = re.compile(r"^(?P<case>.+?)_slice(?P<tag>[A-Za-z]*)_?(?P<index>\d+)$")
@@ -157,7 +149,7 @@ def load_medseg(data: str | Path | None, dataset: str = "auto", seed: int = 0) -
     if data is None:
         if dataset == "acdc":
             raise ValueError("the embedded phantom is in the Synapse layout; pass an ACDC folder as data")
-        # Imported here because the phantom module builds on this module's constants (the Synapse case ids).
+        # Imported here: the generator needs scipy.ndimage, seconds to import, which reading real data does not.
         from tasks.medseg.phantom import default_phantom_dir, write_phantom
 
         seg = load_synapse(write_phantom(default_phantom_dir(seed), seed))

@@ -52,7 +52,7 @@ import h5py
 import numpy as np
 from scipy import ndimage
 
-from tasks.medseg.data import SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
+from tasks.medseg.synapse import SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 
 log = logging.getLogger(__name__)
 
