@@ -6,24 +6,9 @@ Each task's flags are derived from its config dataclass (see :mod:`tasks.config`
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-from core.errors import unknown_name
-
-# task name -> "module:TaskClass"; imported lazily so that `zoo --help` stays fast.
-TASKS: dict[str, str] = {
-    "translation": "tasks.translation.task:TranslationTask",
-    "cifar": "tasks.cifar.task:CifarTask",
-    "medseg": "tasks.medseg.task:MedsegTask",
-}
-
-
-def task_class(name: str):
-    if name not in TASKS:
-        raise unknown_name("task", name, TASKS)
-    module, cls = TASKS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+from tasks.registry import TASKS, task_class  # task_class is also imported from here by tasks.run
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

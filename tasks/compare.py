@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 import zoo
+from tasks.registry import task_class
 from tasks.report import markdown_table
 from zoo.delta import measure
 
@@ -49,7 +50,6 @@ def _spread(values: list[float]) -> tuple[float | None, float | None]:
 
 def run_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, **config: Any) -> list[dict]:
     """Train every entry ``seeds`` times with the same settings; return one result row per entry."""
-    from tasks.commands import task_class
     from tasks.trainer import Trainer
 
     cls = task_class(task_name)
@@ -134,8 +134,6 @@ def write_outputs(rows: list[dict], out: Path, metric: str, title: str, preamble
 
 
 def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 1, **config: Any) -> list[dict]:
-    from tasks.commands import task_class
-
     cls = task_class(task_name)
     names = variants or [*zoo.list_variants(task_name), *getattr(cls, "reference_models", ())]
     for name in names:
@@ -152,8 +150,6 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
 
 def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, **config: Any) -> list[dict]:
     """Train the variant and, for each declared change, the variant with that one change reverted."""
-    from tasks.commands import task_class
-
     cls = task_class(task_name)
     variant = zoo.get_variant(variant_name, task_name)
     if not variant.changes:
