@@ -45,6 +45,7 @@ class ImageDataset:
     test_y: np.ndarray
     class_names: list[str]
     source: str  # where the files came from, for the report
+    native_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE)  # (H, W) before pad_to centred it on 32×32
 
     @property
     def in_channels(self) -> int:
@@ -94,7 +95,8 @@ def load_fmnist_idx(folder: str | Path = DEBIAN_FMNIST) -> ImageDataset:
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
             raise ValueError(f"{folder}: {split} images {x.shape} and labels {y.shape} do not match")
         arrays[split] = (pad_to(x[:, None]), y.astype(np.int64))
-    return _checked(ImageDataset("fmnist", *arrays["train"], *arrays["test"], list(FMNIST_CLASSES), str(folder)))
+    return _checked(ImageDataset("fmnist", *arrays["train"], *arrays["test"], list(FMNIST_CLASSES), str(folder),
+                                 tuple(x.shape[-2:])))
 
 
 def load_embedded(path: str | Path = EMBEDDED) -> ImageDataset:
@@ -109,7 +111,8 @@ def load_embedded(path: str | Path = EMBEDDED) -> ImageDataset:
             raise ValueError(f"{path} lacks {sorted(missing)}; rebuild it with scripts/make_fmnist_subset.py")
         return _checked(ImageDataset("fmnist", pad_to(npz["x_train"][:, None]), npz["y_train"].astype(np.int64),
                                      pad_to(npz["x_test"][:, None]), npz["y_test"].astype(np.int64),
-                                     [str(n) for n in npz["class_names"]], f"embedded subset {path.name}"))
+                                     [str(n) for n in npz["class_names"]], f"embedded subset {path.name}",
+                                     tuple(npz["x_train"].shape[-2:])))
 
 
 def pad_to(images: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:

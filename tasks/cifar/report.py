@@ -49,7 +49,7 @@ def most_confused(cm: np.ndarray, class_names: list[str], k: int = 5) -> list[di
     return rows
 
 
-def plot_confusion(cm: np.ndarray, class_names: list[str], path: Path) -> None:
+def plot_confusion(cm: np.ndarray, class_names: list[str], path: Path, title: str = "confusion matrix (test)") -> None:
     """The confusion matrix normalised per true class, with counts written in the cells when they fit."""
     import matplotlib
 
@@ -69,7 +69,7 @@ def plot_confusion(cm: np.ndarray, class_names: list[str], path: Path) -> None:
         for (i, j), count in np.ndenumerate(cm):
             ax.text(j, i, str(count), ha="center", va="center", fontsize=8,
                     color="white" if rates[i, j] > 0.5 else "black")
-    ax.set(xlabel="predicted", ylabel="true", title="confusion matrix (test)")
+    ax.set(xlabel="predicted", ylabel="true", title=title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

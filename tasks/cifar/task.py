@@ -20,6 +20,7 @@ of (seed, e, i) alone, so a resumed or distributed run sees exactly the images o
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,10 +39,15 @@ from tasks.cifar.reference import REFERENCE_MODELS
 from tasks.cifar.report import attention_heatmaps, class_scores, most_confused, plot_attention, plot_confusion
 from tasks.config import TrainConfig
 from tasks.distributed import shard
+from tasks.records import split_hash, write_records
 from tasks.report import markdown_table
 from tasks.task import Task
 
 SPLIT_SEED = 0  # the held-out validation images do not move with --seed, so seeds are compared on one split
+# what run.json's preprocessing holds (see CifarTask.preprocessing); "source" is informative only
+PREPROCESSING_KEYS = ("dataset", "class_names", "in_channels", "image_size", "native_size", "mean", "std")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -98,27 +104,63 @@ class CifarTask(Task):
     baseline = "vit"
     headline = ("test", "top1")
     extra_columns = (("test", "macro_f1", "macro-F1"),)
+    eval_splits = ("test", "valid")
     reference_models = REFERENCE_MODELS
 
     # --- data ----------------------------------------------------------------------------------------
     def setup(self) -> None:
+        """Read the images; fit the normalisation on the training images, or keep a restored run's and refuse
+        data of another number of channels or classes."""
         c: CifarConfig = self.config
-        self.data = load_images(c.dataset, c.data, c.download)
-        kept, held = stratified_split(self.data.train_y, c.valid_fraction, SPLIT_SEED)
-        if c.valid_fraction and not len(held):
+        self.data = data = load_images(c.dataset, c.data, c.download)
+        if self.restored is not None:
+            self._check_compatible(data)
+        kept, held = stratified_split(data.train_y, c.valid_fraction, SPLIT_SEED)
+        if c.valid_fraction and not len(held) and self.restored is None:  # evaluating the test split needs none
             raise ValueError(f"valid_fraction={c.valid_fraction} holds out no image of {len(kept)}; raise it, "
                              "or set it to 0 to validate on the test split")
-        arrays = {"train": (self.data.train_x[kept], self.data.train_y[kept]),
-                  "valid": (self.data.train_x[held], self.data.train_y[held]) if len(held) else
-                           (self.data.test_x, self.data.test_y),
-                  "test": (self.data.test_x, self.data.test_y)}
-        self.images = {s: torch.from_numpy(x).to(self.device) for s, (x, _) in arrays.items()}  # (N, C, 32, 32)
-        self.labels = {s: torch.from_numpy(y).long().to(self.device) for s, (_, y) in arrays.items()}  # (N,)
-        self.mean, self.std = channel_stats(arrays["train"][0])
+        self.arrays = {"train": (data.train_x[kept], data.train_y[kept]),
+                       "valid": (data.train_x[held], data.train_y[held]) if c.valid_fraction else
+                                (data.test_x, data.test_y),
+                       "test": (data.test_x, data.test_y)}
+        if self.restored is None:
+            mean, std = channel_stats(self.arrays["train"][0])
+            self._use({"dataset": data.name, "source": data.source, "class_names": list(data.class_names),
+                       "in_channels": data.in_channels, "image_size": IMAGE_SIZE,
+                       "native_size": list(data.native_size), "mean": mean, "std": std})
+        on_device = [s for s in self.arrays if s != "train" or self.restored is None]  # evaluation trains nothing
+        self.images = {s: torch.from_numpy(self.arrays[s][0]).to(self.device) for s in on_device}  # (N, C, 32, 32)
+        self.labels = {s: torch.from_numpy(y).long().to(self.device) for s, (_, y) in self.arrays.items()}  # (N,)
+        self._augmentation: tuple[int, Tensor, Tensor] | None = None
+
+    def _use(self, preprocessing: dict[str, Any]) -> None:
+        """Adopt ``preprocessing`` (fitted by ``setup`` or read from run.json): classes, channels, normalisation."""
         from torchvision.transforms import v2  # imported here: torchvision takes seconds to import
 
+        self._preprocessing = dict(preprocessing)
+        self.dataset_name = str(preprocessing["dataset"])
+        self.class_names = [str(n) for n in preprocessing["class_names"]]
+        self.in_channels = int(preprocessing["in_channels"])
+        self.native_size = tuple(int(n) for n in preprocessing["native_size"])  # (H, W) before padding to 32×32
+        self.mean, self.std = list(preprocessing["mean"]), list(preprocessing["std"])
         self.normalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)])
-        self._augmentation: tuple[int, Tensor, Tensor] | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def _where(self) -> str:
+        return f"--data {self.config.data}" if self.config.data else "the embedded data"
+
+    def _check_compatible(self, data) -> None:
+        where = self._where()
+        if (data.in_channels, data.num_classes) != (self.in_channels, self.num_classes):
+            raise ValueError(f"{where} holds {data.name} images of {data.in_channels} channel(s) and "
+                             f"{data.num_classes} classes, but the run was trained on {self.dataset_name} with "
+                             f"{self.in_channels} channel(s) and {self.num_classes} classes; give it data of that kind")
+        if data.class_names != self.class_names:
+            log.warning("%s names its classes %s, the run %s; scoring by class index", where,
+                        data.class_names[:4], self.class_names[:4])
 
     def inputs(self, images: Tensor) -> Tensor:
         """uint8 images to the model's normalised float input.
@@ -131,12 +173,14 @@ class CifarTask(Task):
     # --- model ---------------------------------------------------------------------------------------
     def model_overrides(self) -> dict[str, Any]:
         """The variant's config overrides: ``--model-set`` fields plus the sizes the data decides."""
-        data = self.data
-        decided = {"image_size": IMAGE_SIZE, "in_channels": data.in_channels, "num_classes": data.num_classes}
-        return self.decided_overrides(decided, f"the data ({data.name})")
+        decided = {"image_size": IMAGE_SIZE, "in_channels": self.in_channels, "num_classes": self.num_classes}
+        return self.decided_overrides(decided, f"the data ({self.dataset_name})")
 
     def build_model(self) -> nn.Module:
-        return self.build_variant(self.model_overrides(), self.data.in_channels, self.data.num_classes)
+        return self.build_variant(self.model_overrides(), *self.reference_args())
+
+    def reference_args(self) -> tuple[int, int]:
+        return self.in_channels, self.num_classes
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         """AdamW; biases and norm gains (1-d tensors) and the model's ``no_weight_decay()`` names are not decayed."""
@@ -180,24 +224,28 @@ class CifarTask(Task):
 
     # --- evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
+    def logits(self, model: nn.Module, images: Tensor, batch_size: int | None = None) -> Tensor:
+        """Float logits of uint8 ``images``, ``batch_size`` (default ``eval_batch_size``) at a time, on the CPU.
+
+        Shape:
+            (N, C, 32, 32) uint8 on any device -> (N, K) float32.
+        """
+        size = batch_size or self.config.eval_batch_size
+        out = [model(self.inputs(images[j : j + size].to(self.device))).float().cpu()
+               for j in range(0, len(images), size)]
+        return torch.cat(out) if out else torch.zeros(0, self.num_classes)
+
     def predict(self, model: nn.Module, split: str, index: list[int]) -> tuple[Tensor, Tensor]:
-        """Predicted classes and per-image cross-entropy (no smoothing) of images ``index`` of ``split``."""
-        preds, losses = [], []
-        size = self.config.eval_batch_size
-        for j in range(0, len(index), size):
-            idx = torch.tensor(index[j : j + size], dtype=torch.long, device=self.device)
-            logits = model(self.inputs(self.images[split][idx])).float()  # (b, K)
-            preds.append(logits.argmax(-1))
-            losses.append(F.cross_entropy(logits, self.labels[split][idx], reduction="none"))
-        if not preds:
-            return torch.zeros(0, dtype=torch.long), torch.zeros(0)
-        return torch.cat(preds).cpu(), torch.cat(losses).cpu()
+        """Logits (n, K) and per-image cross-entropy (n,) (no smoothing) of images ``index`` of ``split``."""
+        idx = torch.tensor(index, dtype=torch.long)
+        logits = self.logits(model, self.images[split][idx.to(self.device)])
+        return logits, F.cross_entropy(logits, self.labels[split].cpu()[idx], reduction="none")
 
     def evaluate(self, model: nn.Module, split: str) -> list[tuple[int, int, float]]:
         """Records ``(image index, predicted class, cross-entropy)`` of this rank's shard of ``split``."""
         index = shard(list(range(len(self.labels[split]))), self.dist)
-        preds, losses = self.predict(model, split, index)
-        return list(zip(index, preds.tolist(), losses.tolist()))
+        logits, losses = self.predict(model, split, index)
+        return list(zip(index, logits.argmax(-1).tolist(), losses.tolist()))
 
     def score(self, records: list[tuple[int, int, float]], split: str) -> dict[str, float]:
         records = sorted(records)
@@ -207,56 +255,99 @@ class CifarTask(Task):
         preds = np.array([p for _, p, _ in records])
         return {"top1": float((preds == labels).mean()), "loss": float(np.mean([loss for _, _, loss in records]))}
 
-    def final_report(self, model: nn.Module, out_dir: Path) -> tuple[dict[str, Any], str]:
-        out_dir, data, c = Path(out_dir), self.data, self.config
-        index = list(range(len(self.labels["test"])))
-        preds, losses = self.predict(model, "test", index)
-        y_true = self.labels["test"].cpu().numpy()
-        metrics, rows = class_scores(y_true, preds.numpy(), data.class_names)
-        metrics["loss"] = float(losses.mean())
-        confused = most_confused(np.array(metrics["confusion_matrix"]), data.class_names)
-        lines = ["## Test results", "",
-                 f"{data.name} from {data.source}: {len(self.labels['train'])} training, "
-                 f"{len(self.labels['valid'])} validation "
-                 f"({'held out of train' if c.valid_fraction else 'the test split'}), {len(y_true)} test images, "
-                 f"{data.num_classes} classes, {data.in_channels} channel(s) at {IMAGE_SIZE}×{IMAGE_SIZE}.", "",
-                 markdown_table([{"split": "test", "top-1": metrics["top1"], "macro-F1": metrics["macro_f1"],
-                                  "loss": metrics["loss"]}]), ""]
-        if data.num_classes <= 20:
-            lines += ["### Per class", "", markdown_table(rows), ""]
-        lines += ["### Most confused", "", markdown_table(confused) or "No confusions.", "",
-                  "![confusion matrix](confusion_matrix.png)", ""]
-        attention = self._attention_figure(model, out_dir, preds)
+    def records(self, split: str, logits: Tensor) -> list[dict[str, Any]]:
+        """One record per image of ``split``: true and predicted class, the true class's probability, the top 5."""
+        probs = logits.softmax(-1)  # (N, K)
+        top_p, top_k = probs.topk(min(5, probs.shape[-1]), dim=-1)  # (N, 5)
+        labels, names = self.labels[split].cpu().tolist(), self.class_names
+        return [{"id": i, "label": y, "prediction": int(k[0]), "p_label": _prob(probs[i, y]),
+                 "top5": [[int(c), _prob(q)] for c, q in zip(k, p)], "label_name": names[y],
+                 "prediction_name": names[int(k[0])]}
+                for i, (y, k, p) in enumerate(zip(labels, top_k.tolist(), top_p.tolist()))]
+
+    def final_report(self, model: nn.Module, out_dir: Path, splits: Sequence[str] | None = None
+                     ) -> tuple[dict[str, Any], str]:
+        """Scores, per-class table, confusion matrix and records of ``splits`` (default: test), attention maps."""
+        out_dir, c = Path(out_dir), self.config
+        splits = list(splits or self.eval_splits[:1])
+        n = {s: len(self.labels[s]) for s in self.labels}
+        for split in splits:
+            if split not in self.eval_splits:
+                raise unknown_name("split of the cifar task", split, self.eval_splits)
+            if not n[split]:
+                raise ValueError(f"the {split} split of {self._where()} holds no image (valid_fraction="
+                                 f"{c.valid_fraction} of {n['train']} training images); score another split")
+        lines = ["## Test results" if splits == ["test"] else f"## Results ({', '.join(splits)})", "",
+                 f"{self.dataset_name} from {self.data.source}: {n['train']} training, {n['valid']} validation "
+                 f"({'held out of train' if c.valid_fraction else 'the test split'}), {n['test']} test images, "
+                 f"{self.num_classes} classes, {self.in_channels} channel(s) at {IMAGE_SIZE}×{IMAGE_SIZE}.", ""]
+        results, details, first_preds = {}, [], None
+        for split in splits:
+            logits, losses = self.predict(model, split, list(range(n[split])))
+            preds, y_true = logits.argmax(-1), self.labels[split].cpu().numpy()
+            metrics, rows = class_scores(y_true, preds.numpy(), self.class_names)
+            metrics["loss"] = float(losses.mean())
+            results[split] = metrics
+            first_preds = preds if first_preds is None else first_preds
+            cm = np.array(metrics["confusion_matrix"])
+            figure = "confusion_matrix.png" if split == "test" else f"confusion_matrix_{split}.png"
+            suffix = "" if splits == ["test"] else f" ({split})"
+            if self.num_classes <= 20:
+                details += [f"### Per class{suffix}", "", markdown_table(rows), ""]
+            details += [f"### Most confused{suffix}", "",
+                        markdown_table(most_confused(cm, self.class_names)) or "No confusions.", "",
+                        f"![confusion matrix{suffix}]({figure})", ""]
+            if self.dist.is_main:
+                plot_confusion(cm, self.class_names, out_dir / figure, title=f"confusion matrix ({split})")
+                images, labels = self.arrays[split]
+                write_records(out_dir, split, self.records(split, logits), split_hash([images, labels]))
+        lines += [markdown_table([{"split": s, "top-1": m["top1"], "macro-F1": m["macro_f1"], "loss": m["loss"]}
+                                  for s, m in results.items()]), "", *details]
+        attention = self._attention_figure(model, out_dir, splits[0], first_preds)
         lines += ["### Attention", "", attention or "No attention map: the model records no attention over a "
                   "square grid of patches (e.g. a CNN).", ""]
-        if self.dist.is_main:
-            plot_confusion(np.array(metrics["confusion_matrix"]), data.class_names, out_dir / "confusion_matrix.png")
-        return {"test": metrics}, "\n".join(lines)
+        return results, "\n".join(lines)
 
-    def _attention_figure(self, model: nn.Module, out_dir: Path, preds: Tensor) -> str:
-        """Save ``attention.png`` for the first test image of each of a few classes; its markdown, or ''."""
+    def _attention_figure(self, model: nn.Module, out_dir: Path, split: str, preds: Tensor) -> str:
+        """Save ``attention.png`` for the first image of each of a few classes of ``split``; its markdown, or ''."""
         n = self.config.attention_images
-        labels = self.labels["test"].cpu()
+        labels = self.labels[split].cpu()
         firsts = [int(torch.nonzero(labels == k)[0]) for k in labels.unique().tolist()][:n]
         if not firsts:
             return ""
-        images = self.images["test"][torch.tensor(firsts, device=self.device)]
+        images = self.images[split][torch.tensor(firsts, device=self.device)]
         heat = attention_heatmaps(model, self.inputs(images))
         if heat is None:
             return ""
-        names = self.data.class_names
+        names = self.class_names
         titles = [f"{names[int(labels[i])]} → {names[int(preds[i])]}" for i in firsts]
         if self.dist.is_main:
             plot_attention(images.cpu().numpy(), heat, titles, out_dir / "attention.png")
         return (f"Last attention layer, averaged over heads, on {heat.shape[1]}×{heat.shape[2]} patches "
-                "(true → predicted class):\n\n![attention maps](attention.png)")
+                f"({split} images, true → predicted class):\n\n![attention maps](attention.png)")
 
-    # --- delta analysis and artefacts ----------------------------------------------------------------
+    # --- delta analysis, artefacts and restoring a run -----------------------------------------------
     def delta_overrides(self) -> dict[str, Any]:
         return self.model_overrides()
 
+    def preprocessing(self) -> dict[str, Any]:
+        """The dataset, class names, channels, image size, native size (before padding) and the training
+        images' per-channel mean and std: all that turns an image file into the model's input."""
+        return dict(self._preprocessing)
+
     def save_artifacts(self, out_dir: Path) -> None:
-        data = self.data
-        info = {"dataset": data.name, "source": data.source, "class_names": data.class_names,
-                "in_channels": data.in_channels, "image_size": IMAGE_SIZE, "mean": self.mean, "std": self.std}
-        (Path(out_dir) / "classes.json").write_text(json.dumps(info, indent=2) + "\n")
+        """``classes.json``: a readable copy of run.json's preprocessing (``restore`` reads run.json)."""
+        (Path(out_dir) / "classes.json").write_text(json.dumps(self.preprocessing(), indent=2) + "\n")
+
+    def restore(self, preprocessing: dict[str, Any], run_dir) -> None:
+        missing = [k for k in PREPROCESSING_KEYS if k not in preprocessing]
+        if missing:
+            raise ValueError(f"{Path(run_dir) / 'run.json'}: the preprocessing lacks {missing}; it was not written "
+                             "by a cifar run of this package, retrain it")
+        super().restore(preprocessing, run_dir)
+        self._use(preprocessing)
+
+
+def _prob(p: float) -> float:
+    """A probability for the records: 6 significant digits are plenty and keep the files readable."""
+    return float(f"{float(p):.6g}")
