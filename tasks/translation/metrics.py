@@ -1,8 +1,9 @@
-"""Translation metrics: sacreBLEU corpus BLEU (with its signature), exact match, BLEU by source length."""
+"""Translation metrics: sacreBLEU corpus BLEU (with its signature), exact match, BLEU by source length,
+per-sentence chrF and BLEU."""
 
 from __future__ import annotations
 
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF
 
 LENGTH_BUCKETS = ((1, 5), (6, 10), (11, 15), (16, 20), (21, 30), (31, 10_000))
 
@@ -28,3 +29,13 @@ def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[s
             rows.append({"source tokens": label, "sentences": len(idx), "bleu": m["bleu"],
                          "exact_match": m["exact_match"]})
     return rows
+
+
+def sentence_scores(hypotheses: list[str], references: list[str]) -> list[dict[str, float]]:
+    """Per-sentence ``chrf`` and ``bleu`` (sacreBLEU's ``sentence_chrf`` / ``sentence_bleu``: chrF defaults,
+    BLEU with effective order) of each hypothesis against its one reference."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    bleu, chrf = BLEU(effective_order=True), CHRF()
+    return [{"chrf": chrf.sentence_score(h, [r]).score, "bleu": bleu.sentence_score(h, [r]).score}
+            for h, r in zip(hypotheses, references)]

@@ -4,6 +4,9 @@ Default data: the generated English → German-style corpus (:mod:`tasks.transla
 held-out split of sentences longer than any seen in training. Real data: ``--data DIR`` in any layout
 :func:`tasks.translation.data.load_parallel` reads.
 
+A finished run keeps its tokenizer (``tokenizer.json``) and decoding settings in run.json; a restored runner
+(:func:`tasks.run.load_run`) encodes any data with that tokenizer instead of training a new one.
+
 Training follows the paper: length-bucketed batches, label smoothing 0.1 ignoring pads, Adam
 (β 0.9/0.98, ε 1e-9) with the Noam schedule (``--lr`` is its peak), teacher forcing with the target
 shifted right.
@@ -11,6 +14,7 @@ shifted right.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,15 +23,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm import tqdm
 
 import zoo
 from core.decoding import beam_search, greedy_decode, sample_decode, strip_special
 from core.schedule import NoamLR
 from tasks.config import TrainConfig
 from tasks.distributed import shard
+from tasks.records import split_hash, write_records
 from tasks.report import markdown_table
 from tasks.task import Task
-from tasks.translation.metrics import bleu_by_length, translation_metrics
+from tasks.translation.metrics import bleu_by_length, sentence_scores, translation_metrics
 from tasks.translation.tokenizer import Tokenizer
 
 
@@ -53,6 +59,9 @@ class TranslationConfig(TrainConfig):
 
 
 DEFAULT_PRESET = "mini"
+TOKENIZER_FILE = "tokenizer.json"
+# run.json "preprocessing": how sources were encoded and decoded (besides the tokenizer file)
+SAVED_FIELDS = ("src_lang", "tgt_lang", "max_len", "beam_size", "length_penalty", "temperature")
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> Tensor:
@@ -70,6 +79,7 @@ class TranslationTask(Task):
     baseline = "classic"
     headline = ("test", "greedy_bleu")  # the number `zoo compare` ranks by
     extra_columns = (("test_long", "greedy_bleu", "long BLEU"),)  # length generalisation
+    eval_splits = ("test", "test_long", "valid")
 
     def setup(self) -> None:
         c: TranslationConfig = self.config
@@ -85,6 +95,9 @@ class TranslationTask(Task):
             self.splits = load_parallel(c.data, c.src_lang, c.tgt_lang)
             kind = "bpe" if c.tokenizer == "auto" else c.tokenizer
         self.valid_split = "valid" if "valid" in self.splits else "test"
+        if self.restored is not None:
+            return  # the run's tokenizer encodes the data; the training rows are not needed to evaluate
+        self.tokenizer_kind = kind
         train = self.splits["train"]
         self.tokenizer = Tokenizer.train([s for pair in train for s in pair], kind=kind, vocab_size=c.vocab_size)
         tok = self.tokenizer
@@ -141,25 +154,48 @@ class TranslationTask(Task):
 
     @torch.no_grad()
     def translate(self, model: nn.Module, sources: list[str], method: str = "greedy", batch_size: int = 64,
-                  generator: torch.Generator | None = None) -> list[str]:
-        """Translate sentences with greedy, beam or sampling decoding (batched by length)."""
+                  generator: torch.Generator | None = None, *, beam_size: int | None = None,
+                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                  progress: bool = False) -> list[str]:
+        """Translate sentences with ``method`` greedy, beam or sample decoding (batched by length).
+
+        ``beam_size`` and ``temperature`` default to the config's (the report's settings); ``top_k``/``top_p``
+        restrict sampling. A source longer than :meth:`source_limit` tokens is cut there, as training cut
+        its sentences; a translation stops after 2·n + 10 tokens (n: its batch's longest source, eos
+        included), or at the end of a learned position table.
+        """
         c, tok = self.config, self.tokenizer
-        encoded = [tok.encode(s)[: c.max_len] + [tok.eos_id] for s in sources]
+        beam_size = c.beam_size if beam_size is None else beam_size
+        temperature = c.temperature if temperature is None else temperature
+        limit, table = self.source_limit(model), _position_table(model)
+        encoded = [tok.encode(s)[:limit] + [tok.eos_id] for s in sources]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         out: list[str] = [""] * len(sources)
+        bar = tqdm(total=len(sources), desc="translating", unit="sentence", disable=not progress, leave=False,
+                   dynamic_ncols=True)
         for j in range(0, len(order), batch_size):
             idx = order[j : j + batch_size]
             src = pad_batch([encoded[i] for i in idx], tok.pad_id, self.device)
             max_len = 2 * src.shape[1] + 10
+            if table is not None:
+                max_len = min(max_len, table)  # the decoder feeds positions 0 .. max_len - 1
             if method == "beam":
-                ids = beam_search(model, src, c.beam_size, c.length_penalty, max_len)
+                ids = beam_search(model, src, beam_size, c.length_penalty, max_len)
             elif method == "sample":
-                ids = sample_decode(model, src, c.temperature, max_len=max_len, generator=generator)
+                ids = sample_decode(model, src, temperature, top_k, top_p, max_len=max_len, generator=generator)
             else:
                 ids = greedy_decode(model, src, max_len)
             for i, hyp in zip(idx, strip_special(ids, tok.eos_id, tok.pad_id)):
                 out[i] = tok.decode(hyp)
+            bar.update(len(idx))
+        bar.close()
         return out
+
+    def source_limit(self, model: nn.Module) -> int:
+        """The longest source, in tokens without eos, that :meth:`translate` gives ``model`` whole: the run's
+        ``max_len`` (training kept only shorter sentences) and, with a learned position table, its size - 1."""
+        table = _position_table(model)
+        return self.config.max_len if table is None else min(self.config.max_len, table - 1)
 
     def evaluate(self, model: nn.Module, split: str) -> list[Any]:
         pairs = self._eval_pairs(split if split in self.splits else self.valid_split)
@@ -173,26 +209,32 @@ class TranslationTask(Task):
         metrics = translation_metrics(hyps, [t for _, t in pairs])
         return {"bleu": metrics["bleu"], "exact_match": metrics["exact_match"]}
 
-    def final_report(self, model: nn.Module, out_dir: Path) -> tuple[dict[str, Any], str]:
+    def final_report(self, model: nn.Module, out_dir: Path, splits: Sequence[str] | None = None
+                     ) -> tuple[dict[str, Any], str]:
         c = self.config
         results: dict[str, Any] = {}
         sections = ["## Test results", ""]
         rows, samples, buckets = [], [], []
-        for split in [s for s in ("test", "test_long") if s in self.splits]:
+        for split in self._report_splits(splits):
             pairs = self.splits[split]
             sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
             greedy = self.translate(model, sources)
             beam = self.translate(model, sources, "beam")
             metrics = {f"greedy_{k}": v for k, v in translation_metrics(greedy, refs).items() if k != "signature"}
             metrics.update({f"beam_{k}": v for k, v in translation_metrics(beam, refs).items() if k != "signature"})
+            outputs = {"greedy": greedy, "beam": beam}
             if c.temperature > 0:
-                gen = torch.Generator().manual_seed(c.seed)
-                sampled = self.translate(model, sources, "sample", generator=gen)
-                metrics[f"sample_t{c.temperature:g}_bleu"] = translation_metrics(sampled, refs)["bleu"]
+                gen = torch.Generator(device=self.device).manual_seed(c.seed)
+                outputs["sample"] = self.translate(model, sources, "sample", generator=gen)
+                metrics[f"sample_t{c.temperature:g}_bleu"] = translation_metrics(outputs["sample"], refs)["bleu"]
             results[split] = metrics
             rows.append({"split": split, "sentences": len(pairs), **metrics})
             buckets += [{"split": split, **b} for b in bleu_by_length(sources, greedy, refs)]
             samples += [(split, s, r, h) for s, r, h in list(zip(sources, refs, greedy))[:3]]
+            if self.dist.is_main:
+                records = [{"id": i, "source": src, "reference": ref, **{k: v[i] for k, v in outputs.items()}, **scores}
+                           for i, (src, ref, scores) in enumerate(zip(sources, refs, sentence_scores(greedy, refs)))]
+                write_records(out_dir, split, records, split_hash(text for pair in pairs for text in pair))
         signature = translation_metrics(["a"], ["a"])["signature"]
         results["bleu_signature"] = signature
         sections += [markdown_table(rows), "", f"sacreBLEU signature: `{signature}`", "",
@@ -202,8 +244,48 @@ class TranslationTask(Task):
             sections += [f"- *{split}*  \n  source: `{src}`  \n  reference: `{ref}`  \n  hypothesis: `{hyp}`"]
         return results, "\n".join(sections)
 
+    def _report_splits(self, splits: Sequence[str] | None) -> list[str]:
+        """The requested splits (all of them, whole), or by default the test splits the data has."""
+        if splits is None:
+            return [s for s in ("test", "test_long") if s in self.splits]
+        for split in splits:
+            if split not in self.splits:
+                has = ", ".join(s for s in self.eval_splits if s in self.splits) or "none"
+                where = self.config.data or "the generated corpus"
+                raise ValueError(f"{where} has no {split!r} split (it has: {has}); pick one of those with --split")
+        return list(splits)
+
     def delta_overrides(self) -> dict[str, Any]:
         return {**self.config.model, "src_vocab": self.tokenizer.vocab_size, "tgt_vocab": None}
 
     def save_artifacts(self, out_dir: Path) -> None:
-        self.tokenizer.save(Path(out_dir) / "tokenizer.json")
+        self.tokenizer.save(Path(out_dir) / TOKENIZER_FILE)
+
+    # --- using a finished run ----------------------------------------------------------------------
+    def preprocessing(self) -> dict[str, Any]:
+        c = self.config
+        return {"tokenizer": TOKENIZER_FILE, "tokenizer_kind": self.tokenizer_kind,
+                "vocab_size": self.tokenizer.vocab_size, **{k: getattr(c, k) for k in SAVED_FIELDS}}
+
+    def artifact_files(self) -> list[str]:
+        return [TOKENIZER_FILE]
+
+    def restore(self, preprocessing: dict[str, Any], run_dir) -> None:
+        super().restore(preprocessing, run_dir)
+        missing = [k for k in ("tokenizer", "tokenizer_kind", "vocab_size", *SAVED_FIELDS) if k not in preprocessing]
+        if missing:
+            raise ValueError(f"run.json of {run_dir} lacks the translation preprocessing {missing}; retrain the run "
+                             "with this package version")
+        self.tokenizer = Tokenizer.load(Path(run_dir) / preprocessing["tokenizer"])
+        if self.tokenizer.vocab_size != preprocessing["vocab_size"]:
+            raise ValueError(f"{Path(run_dir) / preprocessing['tokenizer']} has {self.tokenizer.vocab_size} tokens but "
+                             f"the run was trained with {preprocessing['vocab_size']}: the file was replaced; restore "
+                             "the run's own tokenizer.json")
+        self.tokenizer_kind = preprocessing["tokenizer_kind"]
+        self.config = dataclasses.replace(self.config, **{k: preprocessing[k] for k in SAVED_FIELDS})
+
+
+def _position_table(model: nn.Module) -> int | None:
+    """The size of ``model``'s learned position table; None when its positions extrapolate (sinusoid, RoPE...)."""
+    config = getattr(model, "config", None)
+    return config.max_len if getattr(config, "position", None) == "learned" else None
