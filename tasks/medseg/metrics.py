@@ -240,9 +240,13 @@ def case_status(pred: np.ndarray, gt: np.ndarray, num_classes: int) -> dict[int,
     _check_labels(pred, gt, num_classes)
     in_pred = np.bincount(pred.ravel(), minlength=num_classes) > 0  # (K,)
     in_gt = np.bincount(gt.ravel(), minlength=num_classes) > 0  # (K,)
-    names = {(True, True): "present", (False, False): "absent", (False, True): "missed",
-             (True, False): "false positive"}
-    return {k: names[bool(in_pred[k]), bool(in_gt[k])] for k in range(1, num_classes)}
+    return {k: organ_status(bool(in_pred[k]), bool(in_gt[k])) for k in range(1, num_classes)}
+
+
+def organ_status(in_pred: bool, in_gt: bool) -> str:
+    """The :data:`STATUSES` entry of an organ found (or not) in the prediction and in the ground truth."""
+    return {(True, True): "present", (False, False): "absent", (False, True): "missed",
+            (True, False): "false positive"}[in_pred, in_gt]
 
 
 def _json_float(value: float) -> float | None:

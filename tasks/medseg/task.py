@@ -14,6 +14,14 @@ back to the slice size with order 0, and Dice and HD95 are computed per organ on
 over cases per organ, then over organs. Two HD95 conventions are reported (see :mod:`tasks.medseg.metrics`):
 the papers' (what their code gives) and a spacing-aware one in millimetres with explicit empty-mask rules.
 Validation uses ``valid_cases`` training cases held out (the layout's own validation split when it has one).
+
+Each final evaluation (training's, ``zoo evaluate``) writes ``predictions/<split>.jsonl``, one record per case::
+
+    {"case": "case0001", "papers": {"aorta": {"dice": 0.91, "hd95": 2.2}, ...}, "mm": {...same organs...},
+     "voxels": {"aorta": {"pred": 1520, "ref": 1498}, ...}, "spacing": [3.0, 0.78, 0.78] or null}
+
+with a hash of the split's case names, images and labels (see :mod:`tasks.records`). A run's model is used on new
+volumes by :mod:`tasks.medseg.predict`. The task normalises nothing: the intensities are the files' (Synapse: [0, 1]).
 """
 
 from __future__ import annotations
@@ -30,14 +38,24 @@ from torch import Tensor, nn
 
 from core.errors import check_positive, check_probability, unknown_name
 from tasks.config import TrainConfig
-from tasks.distributed import shard
+from tasks.distributed import DistInfo, shard
 from tasks.medseg.data import DATASETS, SegData, Volume, load_medseg
-from tasks.medseg.metrics import CONVENTIONS, case_scores, case_status, summarise
+from tasks.medseg.metrics import CONVENTIONS, case_scores, organ_status, summarise
 from tasks.medseg.reference import REFERENCE_MODELS
+from tasks.records import split_hash, write_records
 from tasks.report import markdown_table
 from tasks.task import Task
 
 SPLIT_SEED = 0  # held-out validation cases do not move with --seed
+
+# How the loaders hand intensities to the model: as the files store them, no normalisation by the task.
+INTENSITY = {
+    "synapse": "as stored: TransUNet's preprocessing, CT clipped to [-125, 275] HU and scaled to [0, 1] per volume",
+    "acdc": "as stored by the ACDC layout read (its own per-volume normalisation); no normalisation by the task",
+}
+INTENSITY["phantom"] = INTENSITY["synapse"]  # the phantom goes through the Synapse preprocessing
+INTENSITY_RANGE = {"synapse": (0.0, 1.0), "phantom": (0.0, 1.0)}  # the range those files hold, when fixed
+SPLIT_TITLES = {"test": "Test results", "valid": "Validation results"}
 
 # Published Synapse figures (avg DSC %, HD95 in the papers' convention), for real-data reports.
 ANCHORS = {"MISSFormer": (81.96, 18.20), "Swin-Unet": (79.13, 21.55), "TransUNet": (77.48, 31.69)}
@@ -129,20 +147,43 @@ class MedsegTask(Task):
     headline = ("test", "dice")
     extra_columns = (("test", "hd95", "HD95"),)
     reference_models = REFERENCE_MODELS
+    eval_splits = ("test", "valid")
+
+    def __init__(self, config: MedsegConfig, device: torch.device, dist: DistInfo) -> None:
+        super().__init__(config, device, dist)
+        self.volumes: dict[str, list[Volume]] = {}
+        self._zoomed_valid: dict[str, Tensor] = {}  # case -> (D, 1, S, S), filled by the first validation
+
+    @property
+    def num_classes(self) -> int:
+        """Classes including the background, from the data or from a restored run."""
+        return len(self.class_names)
 
     # --- data ----------------------------------------------------------------------------------------
     def setup(self) -> None:
+        """Read the data; a restored run keeps its classes (refusing data with others) and skips the training
+        slices' zoom, augmentation and loss, which evaluation does not need."""
         c: MedsegConfig = self.config
         self.data: SegData = load_medseg(c.data, c.dataset)
+        if self.restored is not None:
+            if self.data.class_names != self.class_names:
+                raise ValueError(
+                    f"{self.data.source} holds {self.data.name} data with {self.data.num_classes} classes "
+                    f"({', '.join(self.data.class_names)}), but the run was trained on {self.num_classes} "
+                    f"({', '.join(self.class_names)}); evaluate it on data with the same classes")
+        else:
+            self.class_names, self.dataset_name = list(self.data.class_names), self.data.name
         train, valid = self._split(self.data)
-        self.volumes: dict[str, list[Volume]] = {"train": train, "valid": valid, "test": self.data.test}
+        self.volumes = {"train": train, "valid": valid, "test": self.data.test}
+        self._zoomed_valid = {}
+        if self.restored is not None:
+            return
         size = c.image_size
         images = np.concatenate([zoom_slices(v.image, size, 3) for v in train])  # (N, S, S)
         labels = np.concatenate([zoom_slices(v.label, size, 0) for v in train])  # (N, S, S)
         self.train_images = torch.from_numpy(images.astype(np.float32))[:, None]  # (N, 1, S, S)
         self.train_labels = torch.from_numpy(labels.astype(np.int64))[:, None]  # (N, 1, S, S)
         self._augment = self._augmentation() if self._augmenting() else None
-        self._zoomed_valid: dict[str, Tensor] = {}  # case -> (D, 1, S, S), filled by the first validation
         from monai.losses import DiceCELoss
 
         self.criterion = DiceCELoss(to_onehot_y=True, softmax=True, lambda_dice=c.dice_weight, lambda_ce=c.ce_weight)
@@ -187,11 +228,15 @@ class MedsegTask(Task):
     # --- model ---------------------------------------------------------------------------------------
     def model_overrides(self) -> dict[str, Any]:
         """The variant's config overrides: ``--model-set`` fields plus the sizes the task and data decide."""
-        decided = {"image_size": self.config.image_size, "in_channels": 1, "num_classes": self.data.num_classes}
+        decided = {"image_size": self.config.image_size, "in_channels": 1, "num_classes": self.num_classes}
         return self.decided_overrides(decided, "the task (--image-size and the data)")
 
     def build_model(self) -> nn.Module:
-        return self.build_variant(self.model_overrides(), 1, self.data.num_classes, self.config.image_size)
+        return self.build_variant(self.model_overrides(), *self.reference_args())
+
+    def reference_args(self) -> tuple[int, int, int]:
+        """(in_channels, num_classes, image_size) of the reference models' builders."""
+        return 1, self.num_classes, self.config.image_size
 
     def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
         c = self.config
@@ -235,21 +280,25 @@ class MedsegTask(Task):
         if volume.case in self._zoomed_valid:
             return self._zoomed_valid[volume.case]
         slices = torch.from_numpy(zoom_slices(volume.image, self.config.image_size, 3).astype(np.float32))[:, None]
-        if any(volume is v for v in self.volumes["valid"]):
+        if any(volume is v for v in self.volumes.get("valid", ())):
             self._zoomed_valid[volume.case] = slices
         return slices
 
-    def predict_volume(self, model: nn.Module, volume: Volume) -> np.ndarray:
+    @torch.no_grad()
+    def predict_volume(self, model: nn.Module, volume: Volume, batch_size: int | None = None) -> np.ndarray:
         """Label volume predicted slice by slice, zoomed back to the slice size with order 0 (the papers' way).
+
+        ``batch_size`` slices go through the model at once (default: ``eval_batch_size``).
 
         Shape:
             image (D, H, W) -> labels (D, H, W) uint8.
         """
         size, (d, h, w) = self.config.image_size, volume.image.shape
+        batch = batch_size or self.config.eval_batch_size
         slices = self.zoomed(volume)  # (D, 1, S, S)
         preds = []
-        for j in range(0, d, self.config.eval_batch_size):
-            logits = model(slices[j : j + self.config.eval_batch_size].to(self.device))  # (b, K, S, S)
+        for j in range(0, d, batch):
+            logits = model(slices[j : j + batch].to(self.device))  # (b, K, S, S)
             preds.append(logits.argmax(1).to(torch.uint8).cpu())
         pred = torch.cat(preds).numpy()  # (D, S, S)
         if (h, w) != (size, size):
@@ -259,79 +308,120 @@ class MedsegTask(Task):
         return pred
 
     def case_record(self, volume: Volume, pred: np.ndarray) -> dict[str, Any]:
-        """Per-organ (Dice, HD95) of ``pred`` against ``volume`` in each convention, and each organ's status."""
-        k = self.data.num_classes
-        return {"case": volume.case, "spacing_known": volume.spacing is not None,
-                "status": case_status(pred, volume.label, k),
-                **{name: case_scores(pred, volume.label, k, name, volume.spacing) for name in CONVENTIONS}}
+        """The per-example record of one case (a line of ``predictions/<split>.jsonl``): per organ, (Dice, HD95)
+        in each convention and the voxel counts of prediction and reference; the spacing (z, y, x) in mm or None.
+        """
+        k, names = self.num_classes, self.class_names
+        record: dict[str, Any] = {"case": volume.case}
+        for convention in CONVENTIONS:
+            scores = case_scores(pred, volume.label, k, convention, volume.spacing)  # checks both label volumes
+            record[convention] = {names[o]: {"dice": d, "hd95": h} for o, (d, h) in scores.items()}
+        counts = np.bincount(pred.ravel(), minlength=k), np.bincount(volume.label.ravel(), minlength=k)  # (K,) each
+        record["voxels"] = {names[o]: {"pred": int(counts[0][o]), "ref": int(counts[1][o])} for o in range(1, k)}
+        record["spacing"] = list(volume.spacing) if volume.spacing is not None else None
+        return record
 
     def evaluate(self, model: nn.Module, split: str) -> list[dict[str, Any]]:
-        """One record per case of this rank's shard: per-organ (Dice, HD95) in each convention."""
+        """One record per case of this rank's shard (see :meth:`case_record`)."""
         return [self.case_record(v, self.predict_volume(model, v)) for v in shard(self.volumes[split], self.dist)]
 
-    def _summaries(self, records: list[dict[str, Any]]) -> dict[str, dict]:
-        names = self.data.class_names
-        status = {r["case"]: {int(o): s for o, s in r["status"].items()} for r in records}
-        assumed = not all(r["spacing_known"] for r in records)
-        return {name: summarise({r["case"]: {int(o): s for o, s in r[name].items()} for r in records}, names, name,
-                                status=status, spacing_assumed=assumed)
+    def summaries(self, records: list[dict[str, Any]]) -> dict[str, dict]:
+        """:func:`~tasks.medseg.metrics.summarise` of case records, per convention."""
+        index = {name: k for k, name in enumerate(self.class_names)}
+        status = {r["case"]: {index[n]: organ_status(v["pred"] > 0, v["ref"] > 0) for n, v in r["voxels"].items()}
+                  for r in records}
+        assumed = any(r["spacing"] is None for r in records)
+        return {name: summarise({r["case"]: {index[n]: (s["dice"], s["hd95"]) for n, s in r[name].items()}
+                                 for r in records}, self.class_names, name, status=status, spacing_assumed=assumed)
                 for name in CONVENTIONS}
 
     def score(self, records: list[dict[str, Any]], split: str) -> dict[str, float]:
         expected = len(self.volumes[split])
         if len(records) != expected:
             raise ValueError(f"expected one record per case of {split!r} ({expected}), got {len(records)}")
-        return self._headline(self._summaries(records))
+        return self.headline_metrics(self.summaries(records))
 
-    def _headline(self, summaries: dict[str, dict]) -> dict[str, float]:
+    def headline_metrics(self, summaries: dict[str, dict]) -> dict[str, float]:
         """Mean Dice and HD95 in the headline convention, and in the mm one."""
         head = summaries[self.config.hd95]
         return {"dice": head["mean_dice"], "hd95": head["mean_hd95"],
                 "dice_mm": summaries["mm"]["mean_dice"], "hd95_mm": summaries["mm"]["mean_hd95"]}
 
-    def final_report(self, model: nn.Module, out_dir: Path) -> tuple[dict[str, Any], str]:
+    def final_report(self, model: nn.Module, out_dir: Path, splits: Sequence[str] | None = None
+                     ) -> tuple[dict[str, Any], str]:
+        """Score ``splits`` (default: test) case by case, write their records, and report them; overlays of the
+        first split's cases."""
+        out_dir, metrics, sections = Path(out_dir), {}, []
+        for n, split in enumerate(splits or self.eval_splits[:1]):
+            metrics[split], section = self._split_report(model, split, out_dir, overlays=n == 0)
+            sections.append(section)
+        return metrics, "\n".join(sections)
+
+    def _split_report(self, model: nn.Module, split: str, out_dir: Path, overlays: bool) -> tuple[dict, str]:
         from tasks.medseg.report import case_table, organ_table, pick_overlay_slices, plot_overlays
 
-        out_dir, c, data = Path(out_dir), self.config, self.data
-        shown = (c.overlay_slices + 1) // 2  # test cases whose slices are drawn, two slices each
+        c, data, names, volumes = self.config, self.data, self.class_names, self.volumes[split]
+        shown = (c.overlay_slices + 1) // 2 if overlays else 0  # cases whose slices are drawn, two slices each
         records, samples = [], []
-        for i, volume in enumerate(data.test):
+        for i, volume in enumerate(volumes):
             pred = self.predict_volume(model, volume)  # (D, H, W), scored and drawn from one prediction
             records.append(self.case_record(volume, pred))
             if i < shown:
                 samples += [(f"{volume.case} slice {z}", volume.image[z], volume.label[z], pred[z])
                             for z in pick_overlay_slices(volume.label, 2)]
-        summaries = self._summaries(records)
-        metrics = {**self._headline(summaries), "conventions": summaries}
+        if self.dist.is_main:
+            write_records(out_dir, split, records, split_hash(x for v in volumes for x in (v.case, v.image, v.label)))
+        summaries = self.summaries(records)
         head = summaries[c.hd95]
-        lines = ["## Test results", "",
+        train_slices = sum(v.shape[0] for v in self.volumes["train"])
+        lines = [f"## {SPLIT_TITLES.get(split, split)}", "",
                  f"{data.name} from {data.source}: {len(self.volumes['train'])} training cases "
-                 f"({len(self.train_images)} slices), {len(self.volumes['valid'])} validation, {len(data.test)} test "
-                 f"cases; {data.num_classes} classes; slices zoomed to {c.image_size}×{c.image_size}. Predicted slice "
+                 f"({train_slices} slices), {len(self.volumes['valid'])} validation, {len(data.test)} test "
+                 f"cases; {self.num_classes} classes; slices zoomed to {c.image_size}×{c.image_size}. Predicted slice "
                  "by slice, zoomed back with order 0, scored per organ on each whole 3D volume, averaged over cases "
                  "per organ, then over organs.", "",
                  f"Headline convention: **{c.hd95}** — {CONVENTIONS[c.hd95]}", "",
-                 "### Per organ", "", markdown_table(organ_table(head, data.class_names)), ""]
+                 "### Per organ", "", markdown_table(organ_table(head, names)), ""]
         other = "mm" if c.hd95 == "papers" else "papers"
         lines += [f"Other convention, **{other}** — {CONVENTIONS[other]}", "",
-                  markdown_table(organ_table(summaries[other], data.class_names)), "",
+                  markdown_table(organ_table(summaries[other], names)), "",
                   "### Per case", "", markdown_table(case_table(head)), ""]
-        if data.name == "synapse":
+        if data.name == "synapse" and split == "test":
             anchors = ", ".join(f"{k} {d:.2f} / {h:.2f}" for k, (d, h) in ANCHORS.items())
             lines += [f"Published Synapse anchors (DSC % / HD95, papers' convention): {anchors}.", ""]
         if samples and self.dist.is_main:
-            plot_overlays(samples[: c.overlay_slices], data.class_names, out_dir / "overlays.png")
-            lines += ["### Overlays", "", "Image, ground truth and prediction for a few test slices:", "",
+            plot_overlays(samples[: c.overlay_slices], names, out_dir / "overlays.png")
+            lines += ["### Overlays", "", f"Image, ground truth and prediction for a few {split} slices:", "",
                       "![overlays](overlays.png)", ""]
-        return {"test": metrics}, "\n".join(lines)
+        return {**self.headline_metrics(summaries), "conventions": summaries}, "\n".join(lines)
 
     # --- delta analysis and artefacts ----------------------------------------------------------------
     def delta_overrides(self) -> dict[str, Any]:
         return self.model_overrides()
 
     def save_artifacts(self, out_dir: Path) -> None:
-        data, c = self.data, self.config
-        info = {"dataset": data.name, "source": data.source, "class_names": data.class_names,
-                "image_size": c.image_size, "train_cases": [v.case for v in self.volumes["train"]],
-                "valid_cases": [v.case for v in self.volumes["valid"]], "test_cases": [v.case for v in data.test]}
+        """``classes.json``: the preprocessing (as in run.json) plus the data folder and the cases of each split."""
+        info = {**self.preprocessing(), "source": self.data.source,
+                **{f"{split}_cases": [v.case for v in self.volumes[split]] for split in ("train", "valid", "test")}}
         (Path(out_dir) / "classes.json").write_text(json.dumps(info, indent=2) + "\n")
+
+    # --- using a finished run (see tasks.run) --------------------------------------------------------
+    def preprocessing(self) -> dict[str, Any]:
+        """What turns a volume into the model's input and its output back into labels (run.json)."""
+        return {"dataset": self.dataset_name, "class_names": list(self.class_names), "num_classes": self.num_classes,
+                "in_channels": 1, "slice_axis": 0, "image_size": self.config.image_size,
+                "resize": "each (H, W) slice zoomed to image_size × image_size (spline order 3); the arg-max "
+                          "zoomed back to (H, W) with order 0",
+                "intensity": INTENSITY[self.dataset_name],
+                "intensity_range": INTENSITY_RANGE.get(self.dataset_name)}
+
+    def restore(self, preprocessing: dict[str, Any], run_dir) -> None:
+        super().restore(preprocessing, run_dir)
+        missing = [k for k in ("dataset", "class_names", "image_size") if k not in preprocessing]
+        if missing:
+            raise ValueError(f"{Path(run_dir) / 'run.json'}: the medseg preprocessing lacks {missing}; it was not "
+                             "written by `zoo train medseg`")
+        if preprocessing["image_size"] != self.config.image_size:
+            raise ValueError(f"{Path(run_dir) / 'run.json'}: preprocessing image_size {preprocessing['image_size']} "
+                             f"differs from the config's {self.config.image_size}; the file was edited")
+        self.class_names, self.dataset_name = list(preprocessing["class_names"]), preprocessing["dataset"]
