@@ -22,12 +22,23 @@ PREDICT_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from tasks.evaluate import evaluate_run
-    from tasks.report import summary_lines
+def _load(args: argparse.Namespace):
+    """The run of ``args``, with torch on the CPU threads it was trained with (as ``zoo train`` sets them)."""
+    import torch
+
     from tasks.run import load_run
 
     run = load_run(args.run, args.checkpoint, args.device, args.task)
+    if run.config.num_threads:
+        torch.set_num_threads(run.config.num_threads)
+    return run
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from tasks.evaluate import evaluate_run
+    from tasks.report import summary_lines
+
+    run = _load(args)
     metrics, out = evaluate_run(run, args.data, args.split, args.out)
     lines = summary_lines({"task": run.task.name, "variant": run.variant, "epochs": 0, "train_seconds": 0,
                            "parameters": sum(p.numel() for p in run.model.parameters()),
@@ -38,9 +49,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from tasks.run import load_run
-
-    run = load_run(args.run, args.checkpoint, args.device, args.task)
+    run = _load(args)
     options = {}
     for name, tasks in PREDICT_OPTIONS.items():
         value = getattr(args, name)
