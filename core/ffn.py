@@ -1,6 +1,12 @@
 """The position-wise feed-forward network (Vaswani et al. 2017, §3.3): FFN(x) = W₂·act(W₁·x + b₁) + b₂.
 
 Applied to every position separately and identically: D -> d_ff (4·D in the paper) -> D.
+
+An FFN is tensor in, tensor out. One side input is declared for FFNs that treat tokens *unequally*
+(a mixture of experts routes them and gives each expert a capacity): an FFN whose class sets
+``takes_token_mask = True`` accepts ``forward(x, token_mask=...)``, a bool ``(B, N)`` tensor, ``True`` =
+a real token, ``False`` = padding. The layers pass it through :func:`apply_ffn`; every other FFN is
+called as ``ffn(x)``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,14 @@ class PositionwiseFFN(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.dropout(self.act(self.fc1(x))))  # (..., D)
+
+
+def apply_ffn(ffn: nn.Module, x: Tensor, token_mask: Tensor | None = None) -> Tensor:
+    """``ffn(x)``, passing ``token_mask`` ``(B, N)`` (``True`` = real token) to an FFN that declares
+    ``takes_token_mask = True``."""
+    if token_mask is not None and getattr(ffn, "takes_token_mask", False):
+        return ffn(x, token_mask=token_mask)
+    return ffn(x)
 
 
 FFNFactory = Callable[..., nn.Module]

@@ -8,6 +8,9 @@ the one switch (``norm_first``), exactly as in ``nn.Transformer``:
 * Pre-LN (Xiong et al. 2020; GPT-2, ViT): ``x = x + Dropout(Sublayer(LayerNorm(x)))``, and the stack
   ends with one more LayerNorm.
 
+The FFN may be told which tokens are padding (``token_mask``, ``True`` = real token, see
+:func:`core.ffn.apply_ffn`); attention learns it from its mask.
+
 Shape legend: B batch, N source tokens, T target tokens, D model width.
 """
 
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from torch import Tensor, nn
 
 from core.errors import check_probability
+from core.ffn import apply_ffn
 from core.multihead import KVCache
 
 NormFactory = Callable[[int], nn.Module]
@@ -63,7 +67,7 @@ class EncoderLayer(ResidualLayer):
 
     Args:
         self_attn: ``(B, N, D) -> (B, N, D)``, called as ``self_attn(x, mask=mask)``.
-        ffn: ``(B, N, D) -> (B, N, D)``.
+        ffn: ``(B, N, D) -> (B, N, D)``, called through :func:`~core.ffn.apply_ffn` with ``token_mask``.
         norm: factory of the normalisation layer (LayerNorm by default).
     """
 
@@ -81,16 +85,16 @@ class EncoderLayer(ResidualLayer):
         self.norm1, self.self_attn = norm(d_model), self_attn
         self.norm2, self.ffn = norm(d_model), ffn
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, token_mask: Tensor | None = None) -> Tensor:
         x = self.residual(x, self.norm1, lambda h: self.self_attn(h, mask=mask))  # (B, N, D)
-        return self.residual(x, self.norm2, self.ffn)  # (B, N, D)
+        return self.residual(x, self.norm2, lambda h: apply_ffn(self.ffn, h, token_mask))  # (B, N, D)
 
 
 class DecoderLayer(ResidualLayer):
     """Masked self-attention, cross-attention over the encoder memory, then FFN (right half of Figure 1).
 
-    ``forward(x, memory, self_mask, memory_mask, is_causal, cache)``: ``cache`` is a pair of
-    :class:`KVCache` (self, cross) for incremental decoding.
+    ``forward(x, memory, self_mask, memory_mask, is_causal, cache, token_mask)``: ``cache`` is a pair of
+    :class:`KVCache` (self, cross) for incremental decoding; ``token_mask`` ``(B, T)`` goes to the FFN.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class DecoderLayer(ResidualLayer):
         memory_mask: Tensor | None = None,
         is_causal: bool = True,
         cache: tuple[KVCache, KVCache] | None = None,
+        token_mask: Tensor | None = None,
     ) -> Tensor:
         self_cache, cross_cache = cache if cache is not None else (None, None)
         x = self.residual(
@@ -124,7 +129,7 @@ class DecoderLayer(ResidualLayer):
         x = self.residual(
             x, self.norm2, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache)
         )  # (B, T, D)
-        return self.residual(x, self.norm3, self.ffn)  # (B, T, D)
+        return self.residual(x, self.norm3, lambda h: apply_ffn(self.ffn, h, token_mask))  # (B, T, D)
 
 
 class LayerStack(nn.Module):
@@ -139,9 +144,10 @@ class LayerStack(nn.Module):
 class Encoder(LayerStack):
     """A stack of encoder layers."""
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, token_mask: Tensor | None = None) -> Tensor:
+        extra = {} if token_mask is None else {"token_mask": token_mask}  # stacks of other layers need not take it
         for layer in self.layers:
-            x = layer(x, mask=mask)  # (B, N, D)
+            x = layer(x, mask=mask, **extra)  # (B, N, D)
         return x if self.norm is None else self.norm(x)
 
 
@@ -156,7 +162,8 @@ class Decoder(LayerStack):
         memory_mask: Tensor | None = None,
         is_causal: bool = True,
         cache: list[tuple[KVCache, KVCache]] | None = None,
+        token_mask: Tensor | None = None,
     ) -> Tensor:
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, self_mask, memory_mask, is_causal, None if cache is None else cache[i])
+            x = layer(x, memory, self_mask, memory_mask, is_causal, None if cache is None else cache[i], token_mask)
         return x if self.norm is None else self.norm(x)  # (B, T, D)

@@ -116,7 +116,8 @@ class Transformer(nn.Module):
     """The encoder–decoder model: ``model(src_ids, tgt_ids)`` -> logits ``(B, T, V)``.
 
     ``tgt_ids`` are the decoder *inputs* (the target shifted right, starting with BOS); padding masks
-    come from ``config.pad_id`` and the decoder is causal.
+    come from ``config.pad_id`` (for attention, and as the ``token_mask`` of FFNs that take one) and the
+    decoder is causal.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -165,7 +166,7 @@ class Transformer(nn.Module):
         """``(B, S)`` ids -> memory ``(B, S, D)`` and its key mask ``(B, 1, 1, S)``."""
         check_token_ids("src_ids", src, self.config.src_vocab)
         src_mask = padding_mask(src, self.config.pad_id)
-        return self.encoder(self.embed(self.src_embed, src), src_mask), src_mask
+        return self.encoder(self.embed(self.src_embed, src), src_mask, src != self.config.pad_id), src_mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None) -> Tensor:
         """``(B, T)`` decoder inputs -> logits ``(B, T, V)``.
@@ -178,7 +179,8 @@ class Transformer(nn.Module):
         # Causal, and pads are never attended. While decoding with a cache, a hypothesis only gets pads
         # after its EOS, and what it computes after that is discarded.
         tgt_mask = padding_mask(tgt, self.config.pad_id) if cache is None else None
-        x = self.decoder(x, memory, tgt_mask, src_mask, True, None if cache is None else cache.layers)
+        layers = None if cache is None else cache.layers
+        x = self.decoder(x, memory, tgt_mask, src_mask, True, layers, tgt != self.config.pad_id)  # FFNs skip pads
         return self.generator(x)  # (B, T, V)
 
     def new_cache(self) -> DecoderCache:
