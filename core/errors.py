@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable
 
 
@@ -14,13 +15,64 @@ def unknown_name(kind: str, name: object, known: Iterable[str]) -> ValueError:
     return ValueError(f"unknown {kind} {name!r}.{hint} Known: {', '.join(known)}.")
 
 
-def check_positive(name: str, value: object, *, allow_zero: bool = False) -> None:
-    """Raise if ``value`` is not a positive int (or non-negative when ``allow_zero``)."""
+def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    """The allowed range as the messages write it: ``> 0``, ``>= 2``, ``<= 180``, ``in [0, 0.5)``."""
+    if high is None:
+        return f"{'>' if low_open else '>='} {low}"
+    if low is None:
+        return f"{'<' if high_open else '<='} {high}"
+    return f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+
+
+def _check_bounds(name: str, value: float, low: float | None, high: float | None, low_open: bool,
+                  high_open: bool, hint: str) -> None:
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        why = f" ({hint})" if hint else ""
+        raise ValueError(f"{name} must be {_bounds(low, high, low_open, high_open)}{why}, got {value}")
+
+
+def check_int(
+    name: str,
+    value: object,
+    low: int | None = None,
+    high: int | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    hint: str = "",
+) -> None:
+    """Raise unless ``value`` is an int (not a bool) within the bounds; ``hint`` says why the bounds are there."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be {bound}, got {value}")
+    _check_bounds(name, value, low, high, low_open, high_open, hint)
+
+
+def check_number(
+    name: str,
+    value: object,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    hint: str = "",
+) -> None:
+    """Raise unless ``value`` is a finite real number (an int or a float, not a bool) within the bounds.
+
+    NaN and infinities are refused by name: ``nan <= 0`` is False, so a bare comparison lets NaN through.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    _check_bounds(name, value, low, high, low_open, high_open, hint)
+
+
+def check_positive(name: str, value: object, *, allow_zero: bool = False) -> None:
+    """Raise if ``value`` is not a positive int (or non-negative when ``allow_zero``)."""
+    check_int(name, value, 0, low_open=not allow_zero)
 
 
 def check_bool(name: str, value: object) -> None:

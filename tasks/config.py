@@ -2,20 +2,27 @@
 
 :class:`TrainConfig` holds what every task shares; a task subclasses it with its own fields. The ``zoo``
 command derives its flags from the dataclass fields (``batch_size`` -> ``--batch-size``), so a new field
-is a new flag with no extra code.
+is a new flag with no extra code; the flag's help is the field's trailing ``# comment`` in the source (the
+nearest class in the hierarchy that comments it), so the text lives in one place. Every config validates
+its fields when it is built.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import functools
+import inspect
+import io
 import json
+import tokenize
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from core.errors import check_positive
+from core.errors import check_bool, check_int, check_number, check_positive
 
 # Fields that may differ between a checkpoint and the run that resumes it.
 RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads"})
@@ -25,48 +32,100 @@ RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", 
 class TrainConfig:
     """Fields shared by every task runner."""
 
-    task: str = ""
-    variant: str = "classic"
-    preset: str | None = None  # None: the variant's default preset
+    task: str = ""  # the task runner (set by each task's config)
+    variant: str = "classic"  # the zoo variant (or the task's reference model) to train
+    preset: str | None = None  # the variant's preset; None: the task's default for it
     data: str | None = None  # a real dataset's folder; None: the embedded default data
     out: str | None = None  # output folder; None: runs/<task>-<variant>
-    epochs: int = 10
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+    epochs: int = 10  # passes over the training data
+    batch_size: int = 64  # examples per micro-batch
+    lr: float = 1e-3  # peak learning rate
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
     warmup: int = 100  # optimizer steps of learning-rate warm-up
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
     accumulate: int = 1  # micro-batches per optimizer step
-    seed: int = 0
+    seed: int = 0  # seeds data order, initialisation and augmentation
     device: str = "auto"  # auto (CUDA, then CPU), cpu, cuda, cuda:1, ...
     deterministic: bool = True  # deterministic algorithms (CPU runs are then bit-for-bit repeatable)
     num_threads: int = 0  # CPU threads for torch; 0 keeps torch's default
-    resume: bool = False
+    resume: bool = False  # continue the run in --out from its last checkpoint
     progress: bool = True  # progress bars
-    model: dict[str, Any] = field(default_factory=dict)  # overrides of the variant's config (--model-set k=v)
+    model: dict[str, Any] = field(default_factory=dict)  # override a variant config field (repeatable), e.g. d_model=64
     balance_weight: float = 1e-2  # weight of the MoE load-balancing loss (models without experts: unused)
     z_weight: float = 1e-3  # weight of the MoE router z-loss
 
     def __post_init__(self) -> None:
-        check_positive("epochs", self.epochs)
-        check_positive("batch_size", self.batch_size)
-        check_positive("accumulate", self.accumulate)
-        check_positive("warmup", self.warmup, allow_zero=True)
-        check_positive("num_threads", self.num_threads, allow_zero=True)
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.grad_clip < 0:
-            raise ValueError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
+        for name in ("epochs", "batch_size", "accumulate"):
+            check_positive(name, getattr(self, name))
+        for name in ("warmup", "num_threads"):
+            check_positive(name, getattr(self, name), allow_zero=True)
+        check_int("seed", self.seed, 0, 2**32 - 1, hint="the range numpy's seed takes")
+        check_number("lr", self.lr, 0, low_open=True)
+        check_number("grad_clip", self.grad_clip, 0, hint="0 disables clipping")
+        for name in ("weight_decay", "balance_weight", "z_weight"):
+            check_number(name, getattr(self, name), 0)
+        for name in ("deterministic", "resume", "progress"):
+            check_bool(name, getattr(self, name))
+        if not isinstance(self.model, dict):
+            raise TypeError(f"model must be a dict of variant config overrides, got {type(self.model).__name__}")
 
     @property
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else Path("runs") / f"{self.task}-{self.variant}"
+
+    def check_paths(self) -> None:
+        """Refuse an output folder or a data folder that is a file, before any data is loaded.
+
+        Kept out of ``__post_init__`` so that a config rebuilt from a finished run does not depend on the files
+        that happen to exist where it is loaded.
+        """
+        check_folder("--out", self.out_dir, "a new folder, or a run's folder with --resume")
+        if self.data is not None:
+            check_folder("--data", Path(self.data), "the folder that holds the dataset")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+def check_folder(flag: str, path: Path, wanted: str) -> None:
+    """Raise ValueError if ``path``, or the nearest of its parents that exists, is not a folder."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "" if existing == path else f" ({existing} is a file)"
+        raise ValueError(f"{flag} {path} is {'a file' if existing == path else 'not a folder'}{where}; pass {wanted}")
+
+
+def field_help(config_class: type) -> dict[str, str]:
+    """Each field's one-line help: its trailing ``# comment`` in the nearest class of the hierarchy that has one."""
+    helps: dict[str, str] = {}
+    for klass in reversed(config_class.__mro__):
+        if dataclasses.is_dataclass(klass):
+            helps.update(_trailing_comments(klass))
+    return helps
+
+
+@functools.cache
+def _trailing_comments(klass: type) -> dict[str, str]:
+    """``{field: comment}`` for the fields of ``klass``'s own body that carry a ``# comment`` on their line(s).
+
+    Comment blocks above a field are not help: they explain why, at length.
+    """
+    try:
+        source = inspect.getsource(klass)
+    except (OSError, TypeError):  # no source (e.g. a class made in a REPL): flags keep only their defaults
+        return {}
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    out = {}
+    for node in ast.parse(source).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            text = next((comments[i] for i in range(node.lineno, node.end_lineno + 1) if i in comments), "")
+            if text:
+                out[node.target.id] = text
+    return out
 
 
 def parse_assignments(items: list[str] | None, config_class: type | None = None) -> dict[str, Any]:
@@ -111,22 +170,25 @@ def _parse_bool(text: str) -> bool:
 def add_config_arguments(parser: argparse.ArgumentParser, config_class: type, skip: tuple[str, ...] = ()) -> None:
     """Add one ``--flag`` per dataclass field; defaults stay ``None`` so only given flags override."""
     hints = typing.get_type_hints(config_class)
+    helps = field_help(config_class)
     for spec in fields(config_class):
         if spec.name in skip or not spec.init:
             continue
+        text = helps.get(spec.name, "").replace("%", "%%")  # argparse %-formats help strings
         if spec.name == "model":
-            parser.add_argument("--model-set", dest="model", action="append", metavar="KEY=VALUE",
-                                help="override a field of the variant's config (repeatable), e.g. d_model=64")
+            parser.add_argument("--model-set", dest="model", action="append", metavar="KEY=VALUE", help=text)
             continue
         kind = hints[spec.name]
         args = typing.get_args(kind)
         base = next((a for a in args if a is not type(None)), kind) if args else kind
         default = spec.default if spec.default is not dataclasses.MISSING else None
+        if default is not None:  # a None default is described by the comment ("None: ...")
+            text = f"{text} (default: {default})".lstrip()
         if base is bool:
             parser.add_argument(_flag(spec.name), type=_parse_bool, nargs="?", const=True, default=None,
-                                metavar="BOOL", help=f"(default: {default})")
+                                metavar="BOOL", help=text)
         else:
-            parser.add_argument(_flag(spec.name), type=base, default=None, help=f"(default: {default})")
+            parser.add_argument(_flag(spec.name), type=base, default=None, help=text)
 
 
 def config_from_args(config_class: type, args: argparse.Namespace, **fixed: Any) -> Any:

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.errors import check_positive, check_probability, unknown_name
+from core.errors import check_bool, check_int, check_number, check_positive, check_probability, unknown_name
 from tasks.cifar.augment import crop_flip, draw_crop_flip
 from tasks.cifar.datasets import DATASETS, IMAGE_SIZE, channel_stats, load_images, stratified_split
 from tasks.cifar.reference import REFERENCE_MODELS
@@ -57,18 +57,18 @@ class CifarConfig(TrainConfig):
     dataset: str = "auto"  # fmnist, cifar10, cifar100; auto: fmnist without --data, else read from the folder
     download: bool = False  # fetch CIFAR into --data first (needs internet)
     epochs: int = 20
-    batch_size: int = 128
+    batch_size: int = 128  # images per micro-batch
     lr: float = 1e-3  # peak learning rate, reached after the warm-up
-    weight_decay: float = 0.05
+    weight_decay: float = 0.05  # AdamW's, on weight matrices only (not on biases and norm gains)
     warmup: int = 36  # optimizer steps; ~1 epoch of the embedded data (4,500 images / 128)
-    label_smoothing: float = 0.1
+    label_smoothing: float = 0.1  # of the cross-entropy, in [0, 1)
     valid_fraction: float = 0.1  # of the training images, held out for validation; 0: validate on test
     # Augmentation is off by default: on the 4,500-image embedded subset and a ~10-minute CPU budget it
     # slows learning (ViT "cpu": 80.5 % test after 20 epochs without it, 78.2 % after 30 with crop + flip).
     # For CIFAR use --crop-padding 4 --flip true.
     crop_padding: int = 0  # random-crop padding in pixels; 0 disables cropping
     flip: bool = False  # random horizontal flips
-    eval_batch_size: int = 500
+    eval_batch_size: int = 500  # images per forward pass at evaluation
     attention_images: int = 6  # test images shown with their attention maps in the report
 
     def __post_init__(self) -> None:
@@ -76,13 +76,14 @@ class CifarConfig(TrainConfig):
         if self.dataset != "auto" and self.dataset not in DATASETS:
             raise unknown_name("dataset", self.dataset, ("auto", *DATASETS))
         check_probability("label_smoothing", self.label_smoothing)
-        if not 0.0 <= self.valid_fraction < 0.5:
-            raise ValueError(f"valid_fraction must be in [0, 0.5), got {self.valid_fraction}")
-        check_positive("crop_padding", self.crop_padding, allow_zero=True)
+        check_number("valid_fraction", self.valid_fraction, 0, 0.5, high_open=True,
+                     hint="0 validates on the test split")
+        check_int("crop_padding", self.crop_padding, 0, IMAGE_SIZE // 2,
+                  hint="half the image size, so that every crop keeps at least a quarter of the image")
         check_positive("eval_batch_size", self.eval_batch_size)
         check_positive("attention_images", self.attention_images, allow_zero=True)
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        for name in ("download", "flip"):
+            check_bool(name, getattr(self, name))
 
 
 def warmup_cosine(warmup: int, total: int):

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from core.errors import check_positive, check_probability, unknown_name
+from core.errors import check_number, check_positive, unknown_name
 from tasks.config import TrainConfig
 from tasks.distributed import DistInfo, shard
 from tasks.medseg.data import DATASETS, SegData, Volume, load_medseg
@@ -66,21 +66,21 @@ class MedsegConfig(TrainConfig):
     task: str = "medseg"
     variant: str = "missformer"
     dataset: str = "auto"  # synapse, acdc; auto: the phantom without --data, else read from the folder
-    image_size: int = 96  # slices are zoomed to this square size (the papers use 224)
+    image_size: int = 96  # slices are zoomed to this square size, a multiple of 32 (the papers use 224)
     epochs: int = 20
-    batch_size: int = 16
+    batch_size: int = 16  # slices per micro-batch
     lr: float = 2e-3  # peak learning rate, after the warm-up
-    weight_decay: float = 1e-4
+    weight_decay: float = 1e-4  # AdamW's decoupled weight decay
     warmup: int = 50  # optimizer steps
     poly_power: float = 0.9  # lr·(1 − t/T)^power after the warm-up, as in the Synapse papers
     dice_weight: float = 0.6  # loss = dice_weight·Dice + ce_weight·CE (MISSFormer's 0.6 / 0.4)
-    ce_weight: float = 0.4
-    rotate_degrees: float = 15.0  # random rotation in ±degrees (probability 0.5); 0 disables
-    zoom: float = 0.1  # random zoom in [1 − zoom, 1 + zoom] (probability 0.5); 0 disables
-    intensity: float = 0.1  # random intensity shift and scale by ±intensity (probability 0.5 each); 0 disables
+    ce_weight: float = 0.4  # weight of the cross-entropy term of the loss
+    rotate_degrees: float = 15.0  # random rotation in ±degrees (probability 0.5), up to 180; 0 disables
+    zoom: float = 0.1  # random zoom in [1 − zoom, 1 + zoom] (probability 0.5), below 1; 0 disables
+    intensity: float = 0.1  # random intensity shift and scale by ±intensity (probability 0.5 each), below 1; 0 disables
     # Off by default: a left–right flip turns the left kidney into a right one without changing its label, and
     # the phantom (like real anatomy) makes left/right organs tell apart by position only.
-    flip_prob: float = 0.0
+    flip_prob: float = 0.0  # probability of a random left-right flip of a training slice
     valid_cases: int = 2  # training cases held out for validation when the layout has no validation split
     hd95: str = "papers"  # the convention of the headline HD95: papers (no spacing, their empty rules) or mm
     eval_batch_size: int = 32  # slices per forward pass at evaluation
@@ -99,11 +99,13 @@ class MedsegConfig(TrainConfig):
             check_positive(name, getattr(self, name))
         for name in ("valid_cases", "overlay_slices"):
             check_positive(name, getattr(self, name), allow_zero=True)
-        for name in ("rotate_degrees", "zoom", "intensity", "dice_weight", "ce_weight", "poly_power"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-        check_probability("flip_prob", self.flip_prob)
+        for name in ("dice_weight", "ce_weight", "poly_power"):
+            check_number(name, getattr(self, name), 0)
+        check_number("rotate_degrees", self.rotate_degrees, 0, 180)
+        check_number("zoom", self.zoom, 0)
+        check_number("intensity", self.intensity, 0, 1, high_open=True,
+                     hint="a scale by 1 ± intensity must keep the image's sign")
+        check_number("flip_prob", self.flip_prob, 0, 1)
         if self.image_size % 32:
             raise ValueError(f"image_size must be divisible by 32 (the models halve it 5 times), got "
                              f"{self.image_size}; try {max(32, round(self.image_size / 32) * 32)}")

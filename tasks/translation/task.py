@@ -27,35 +27,55 @@ from tqdm import tqdm
 
 import zoo
 from core.decoding import beam_search, greedy_decode, sample_decode, strip_special
+from core.errors import check_int, check_number, check_positive, check_probability, unknown_name
 from core.schedule import NoamLR
 from tasks.config import TrainConfig
 from tasks.distributed import shard
 from tasks.records import split_hash, write_records
 from tasks.report import markdown_table
 from tasks.task import Task
+from tasks.translation.corpus import DIFFICULTIES
 from tasks.translation.metrics import bleu_by_length, sentence_scores, translation_metrics
-from tasks.translation.tokenizer import Tokenizer
+from tasks.translation.tokenizer import KINDS, SPECIALS, Tokenizer
 
 
 @dataclass
 class TranslationConfig(TrainConfig):
     task: str = "translation"
     epochs: int = 8
-    batch_size: int = 64
+    batch_size: int = 64  # sentence pairs per micro-batch
     lr: float = 2e-3  # peak of the Noam schedule
+    weight_decay: float = 0.0  # must stay 0: the paper's Adam has no weight decay
     warmup: int = 300
     difficulty: str = "easy"  # of the generated corpus (ignored with --data)
     n_train: int = 0  # generated training pairs; 0: the difficulty's default
-    src_lang: str = "en"
-    tgt_lang: str = "de"
+    src_lang: str = "en"  # source language code (the file suffix with --data)
+    tgt_lang: str = "de"  # target language code
     tokenizer: str = "auto"  # word (generated corpus), bpe (real data), or auto
-    vocab_size: int = 8000  # BPE vocabulary budget
-    label_smoothing: float = 0.1
+    vocab_size: int = 8000  # largest vocabulary, the 4 special tokens included
+    label_smoothing: float = 0.1  # of the cross-entropy, in [0, 1)
     eval_size: int = 300  # validation sentences decoded after each epoch
-    beam_size: int = 4
-    length_penalty: float = 0.6
+    beam_size: int = 4  # hypotheses kept by the test-time beam search; 1 is greedy
+    length_penalty: float = 0.6  # GNMT's alpha: beam scores divided by ((5 + length) / 6)^alpha
     temperature: float = 0.0  # > 0: also report BLEU of sampling at this temperature
-    max_len: int = 256  # longest sentence (tokens) kept for training
+    max_len: int = 256  # training pairs with a side this long (tokens) or longer are left out
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.difficulty not in DIFFICULTIES:
+            raise unknown_name("difficulty", self.difficulty, DIFFICULTIES)
+        if self.tokenizer not in ("auto", *KINDS):
+            raise unknown_name("tokenizer", self.tokenizer, ("auto", *KINDS))
+        check_number("weight_decay", self.weight_decay, 0, 0, hint="translation trains with the paper's Adam")
+        check_positive("n_train", self.n_train, allow_zero=True)
+        check_int("vocab_size", self.vocab_size, len(SPECIALS), low_open=True,
+                  hint=f"room for the {len(SPECIALS)} special tokens and at least one word")
+        check_probability("label_smoothing", self.label_smoothing)
+        for name in ("eval_size", "beam_size"):
+            check_positive(name, getattr(self, name))
+        check_number("length_penalty", self.length_penalty)
+        check_number("temperature", self.temperature, 0, hint="0: no sampling")
+        check_int("max_len", self.max_len, 2, hint="pairs are kept when both sides are shorter: below 2 none is")
 
 
 DEFAULT_PRESET = "mini"
