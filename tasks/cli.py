@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import typing
 from collections.abc import Sequence
 
 
@@ -81,16 +83,20 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
+    import torch
+
     import zoo
     from core.accounting import article_estimate, classic_parameters
     from core.parts import parameters_by_part
 
     variant = zoo.get_variant(args.variant)
-    config = variant.config(args.preset)
-    model = variant.build(config)
+    preset = args.preset or variant.default_preset
+    config = variant.config(preset)
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        model = variant.build(config)
     measured = parameters_by_part(model)
     total = sum(measured.values())
-    print(f"{args.variant} ({args.preset or variant.default_preset}): {total:,} parameters")
+    print(f"{args.variant} ({preset}): {total:,} parameters")
     print(f"{'part':<12} {'parameters':>14} {'share':>8}")
     for part, count in measured.items():
         if count:
@@ -109,8 +115,20 @@ def _cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (the usage of ``zoo train TASK`` alone is a screenful)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+# Errors that mean bad input (a value, a path) rather than a bug: one line, exit status 2, no traceback.
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, FileExistsError, PermissionError,
+               ConnectionError)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="zoo",
         description="The Transformer variant zoo: the classic Transformer and its variants as measured patches.",
     )
@@ -119,19 +137,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list the registered variants")
     p.add_argument("--task", default=None, help="only variants that run on this task")
-    p.add_argument("--format", choices=("table", "json", "md"), default="table")
+    p.add_argument("--format", choices=("table", "json", "md"), default="table",
+                   help="table (default), json, or md (the README's table)")
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser("diff", help="what a variant changed, measured against the classic model")
-    p.add_argument("variant")
+    p.add_argument("variant", help="a registered variant (see zoo list)")
     p.add_argument("--task", default=None, help="task whose input size is measured (default: the variant's first)")
     p.add_argument("--preset", default=None, help="preset (default: the task's)")
-    p.add_argument("--format", choices=("md", "json"), default="md")
+    p.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
     p.set_defaults(func=_cmd_diff)
 
     p = sub.add_parser("params", help="exact parameter count per part of a variant")
-    p.add_argument("variant", nargs="?", default="classic")
-    p.add_argument("--preset", default="base")
+    p.add_argument("variant", nargs="?", default="classic", help="a registered variant (default: classic)")
+    p.add_argument("--preset", default=None, help="preset (default: the variant's own, e.g. classic: small)")
     p.set_defaults(func=_cmd_params)
 
     from tasks import commands
@@ -148,14 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, or a flag argparse refused (already reported on one line)
+        return stop.code
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     if args.command is None:
         parser.print_help()
         return 0
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except BrokenPipeError:  # the reader went away (`zoo list | head`): stop quietly, as the docs of signal advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except USER_ERRORS as error:
         print(f"zoo {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -18,6 +18,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     cls = task_class(args.task)
     config = config_from_args(cls.config_class, args)
+    config.check_paths()  # an --out or --data that is a file fails here, not after the data has loaded
     trainer = Trainer(cls, config)
     try:
         summary = trainer.fit()
@@ -71,10 +72,10 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _budget_arguments(p: argparse.ArgumentParser, default_epochs: int) -> None:
+def _budget_arguments(p: argparse.ArgumentParser, default_epochs: int, out: str) -> None:
     p.add_argument("--epochs", type=int, default=default_epochs, help="epochs for every run (the same budget)")
     p.add_argument("--seeds", type=int, default=1, help="seeds per variant (mean ± spread)")
-    p.add_argument("--out", default=None, help="output folder")
+    p.add_argument("--out", default=None, help=f"output folder (default: {out})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="task config field for every run")
     p.add_argument("--model-set", action="append", metavar="KEY=VALUE", help="variant config field for every run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -92,13 +93,13 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("compare", help="train several variants with the same budget; one table and a plot")
-    p.add_argument("task", choices=sorted(TASKS))
+    p.add_argument("task", choices=sorted(TASKS), help="the task every variant is trained on")
     p.add_argument("--variants", default=None, help="comma-separated (default: every variant of the task)")
-    _budget_arguments(p, default_epochs=2)
+    _budget_arguments(p, default_epochs=2, out="runs/compare-TASK")
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("ablate", help="leave-one-out: revert each change of a variant alone, same budget")
-    p.add_argument("variant")
-    p.add_argument("--task", required=True, choices=sorted(TASKS))
-    _budget_arguments(p, default_epochs=2)
+    p.add_argument("variant", help="the variant whose declared changes are reverted one at a time")
+    p.add_argument("--task", required=True, choices=sorted(TASKS), help="the task it is trained on")
+    _budget_arguments(p, default_epochs=2, out="runs/ablate-VARIANT-TASK")
     p.set_defaults(func=_cmd_ablate)

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 import zoo
+from core.errors import check_positive
+from tasks.config import check_folder
 from tasks.registry import task_class
 from tasks.report import markdown_table
 from zoo.delta import measure
@@ -52,6 +54,8 @@ def run_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, **c
     """Train every entry ``seeds`` times with the same settings; return one result row per entry."""
     from tasks.trainer import Trainer
 
+    check_positive("seeds", seeds)
+    check_folder("--out", out, "a folder for the runs and the report")
     cls = task_class(task_name)
     split, metric = cls.headline
     rows = []
@@ -61,6 +65,7 @@ def run_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, **c
             run_config = cls.config_class(**{**config, "variant": entry.variant, "seed": seed,
                                              "model": {**config.get("model", {}), **entry.model},
                                              "out": str(out / f"{entry.label}-seed{seed}")})
+            run_config.check_paths()
             log.info("== %s, seed %d ==", entry.label, seed)
             trainer = Trainer(cls, run_config)
             runs.append((trainer, trainer.fit()))

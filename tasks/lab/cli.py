@@ -17,7 +17,7 @@ def add_lab_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the lessons and exit")
     p.add_argument("--quick", action="store_true", help="reduced budgets: each lesson in about 3 minutes on 2 cores")
     p.add_argument("--out", default=None, help="output folder (default: runs/lab/LESSON)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of every run in the lesson (default: 0)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: the lessons' small models run fastest on one thread, and "
                         "several threads slow them down badly on a busy machine)")
