@@ -119,8 +119,8 @@ def test_z_loss_is_mean_squared_logsumexp():
 
 @pytest.mark.parametrize("tokens, capacity_factor, capacity", [(10, 1.0, 3), (16, 1.25, 5), (7, 2.0, 4), (5, 0.5, 1)])
 def test_drops_follow_the_capacity_formula_first_come_first_served(tokens, capacity_factor, capacity):
-    # all tokens prefer expert 0 of 4: capacity = ceil(capacity_factor · k · T / E) with k = 1
-    moe = MoEFFN(D, 16, n_experts=4, k=1, capacity_factor=capacity_factor)
+    # one sequence, in training; all tokens prefer expert 0 of 4: capacity = ceil(capacity_factor · k · N / E), k = 1
+    moe = MoEFFN(D, 16, n_experts=4, k=1, capacity_factor=capacity_factor).train()
     point_router(moe, [[5.0, 0.0, 0.0, 0.0]])
     assert moe.capacity(tokens) == capacity
     x = unit_tokens([0] * tokens)
@@ -137,17 +137,75 @@ def test_capacity_is_exact_ceil_of_the_formula():
     assert MoEFFN(D, 16, n_experts=8, k=2).capacity(8192) == 2560
 
 
-def test_first_choices_have_priority_over_second_choices():
-    # tokens 0-1 prefer experts (1, 0), tokens 2-3 prefer (0, 1); capacity = ceil(1 · 2 · 4 / 4) = 2, so
-    # expert 0 serves the first choices of the later tokens 2-3 before the earlier tokens' second choices.
-    moe = MoEFFN(D, 16, n_experts=4, k=2, capacity_factor=1.0).eval()
+def test_training_serves_earlier_positions_first_then_choices():
+    # tokens 0-1 prefer experts (1, 0), tokens 2-3 prefer (0, 1); capacity = ceil(1 · 2 · 4 / 4) = 2. The
+    # order is position first, then choice: tokens 0-1 take both slots of experts 0 and 1, and the later
+    # tokens 2-3 are dropped. (The old order, every first choice of the batch before any second choice, let
+    # tokens 2-3 take the slots of the earlier tokens' second choices: a later token changed an earlier
+    # token's output, a leak of the future under teacher forcing.)
+    moe = MoEFFN(D, 16, n_experts=4, k=2, capacity_factor=1.0)
     point_router(moe, [[1.0, 2.0, -5.0, -5.0], [2.0, 1.0, -5.0, -5.0]])
     x = unit_tokens([0, 0, 1, 1])
     out = moe(x)[0]
-    routing = moe.router(x[0])
-    first = torch.stack([g[0] * moe.experts[e[0]](t) for t, g, e in zip(x[0], routing.gates, routing.experts)])
-    assert_close(out, first)
+    assert_close(out[:2], dense_reference(moe, x)[0, :2])
+    assert torch.equal(out[2:], torch.zeros(2, D))
     assert routing_stats(moe)[""]["dropped"] == 0.5
+
+
+def test_training_capacity_is_per_sequence():
+    # Each sequence gets its own capacity: a sequence whose tokens all prefer expert 0 cannot take the
+    # slots of another sequence's tokens, however early it comes in the batch.
+    moe = MoEFFN(D, 16, n_experts=4, k=1, capacity_factor=1.0)  # capacity ceil(1 · 1 · 4 / 4) = 1 per sequence
+    point_router(moe, [[5.0, 0.0, 0.0, 0.0], [0.0, 5.0, 0.0, 0.0]])
+    greedy = unit_tokens([0, 0, 0, 0])[0]  # all prefer expert 0
+    other = unit_tokens([0, 1, 1, 1])[0]
+    alone = moe(other.unsqueeze(0))[0]
+    batch = moe(torch.stack([greedy, other]))  # (2, 4, D)
+    assert_close(batch[1], alone)
+    assert torch.equal(batch[0, 1:], torch.zeros(3, D))  # the greedy sequence drops its own later tokens
+    assert (batch[1, :2].abs().sum(-1) > 0).all()  # the other sequence's expert-0 token was served
+    assert routing_stats(moe)[""]["dropped"] == pytest.approx(5 / 8)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_padding_is_never_routed_and_takes_no_capacity(training):
+    # Left-padded (the hardest case for position order): pads come first, all prefer expert 0
+    moe = MoEFFN(D, 16, n_experts=4, k=1, capacity_factor=1.0).train(training)  # capacity 2 of N = 8
+    point_router(moe, [[5.0, 0.0, 0.0, 0.0], [5.0, 1.0, 0.0, 0.0]])
+    x = unit_tokens([0] * 6 + [1, 1])
+    mask = torch.tensor([[False] * 6 + [True] * 2])
+    out = moe(x, token_mask=mask)[0]
+    assert torch.equal(out[:6], torch.zeros(6, D))  # padding: not routed, output 0
+    assert_close(out[6:], dense_reference(moe, x)[0, 6:])  # both real tokens served
+    stats = routing_stats(moe)[""]
+    assert stats["dropped"] == 0.0 and stats["load"] == [1.0, 0.0, 0.0, 0.0]  # over the real tokens only
+    real_only = moe(x[:, 6:]).detach(), moe.balance_loss.detach(), moe.z_loss.detach()
+    moe(x, token_mask=mask)
+    assert_close((moe.balance_loss, moe.z_loss), real_only[1:])  # the pads count in no loss
+    garbage = x.clone()
+    garbage[0, :6] = torch.randn(6, D)
+    assert torch.equal(moe(garbage, token_mask=mask)[0, 6:], out[6:])  # what padding holds does not matter
+
+
+def test_evaluation_is_dropless_and_a_token_depends_on_itself_alone():
+    moe = MoEFFN(D, 16, n_experts=4, k=2, capacity_factor=0.5).eval()
+    point_router(moe, [[5.0, 1.0, 0.0, 0.0]])
+    x = unit_tokens([0] * 9)
+    assert_close(moe(x), dense_reference(moe, x))
+    assert routing_stats(moe)[""]["dropped"] == 0.0
+    # to the last bit, whatever the other tokens are (how many share its experts, how many there are)
+    x = torch.randn(2, 11, D)
+    reference = moe(x[:1, :1])[0, 0]
+    for other in (x, x[:, :5], torch.cat([x[:1, :1], torch.randn(1, 30, D)], dim=1)):
+        assert torch.equal(moe(other)[0, 0], reference)
+
+
+def test_token_mask_must_match_the_input():
+    moe = MoEFFN(D, 16, 4, 2)
+    with pytest.raises(TypeError, match="token_mask must be a bool tensor"):
+        moe(torch.randn(2, 3, D), token_mask=torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"token_mask must have the input's shape without D, \(2, 3\), got \(2, 4\)"):
+        moe(torch.randn(2, 3, D), token_mask=torch.ones(2, 4, dtype=torch.bool))
 
 
 def test_dropless_drops_nothing():

@@ -6,9 +6,17 @@ the compute per token grows only k-fold (the flaw addressed: in the classic mode
 parameter count). The price is an auxiliary load-balancing loss, a capacity that may drop tokens, and a
 router to train.
 
+The capacity policy (reasons in :mod:`zoo.moe.layer`): in training, each expert's capacity is counted
+per sequence and served in position order, then choice order, and padding is never routed, so only
+earlier tokens of the same sequence compete for a token's slot (causal, and no sentence takes another's
+capacity); evaluation is dropless, so a token's output depends on that token alone (batch-invariant,
+and the same with a KV cache as with full recomputation).
+
 * :mod:`zoo.moe.router` — :class:`TopKRouter` (float32 logits, jitter, top-1/top-2 gates);
-* :mod:`zoo.moe.layer` — :class:`MoEFFN` (capacity, dispatch, side outputs) and the ``"moe"`` FFN type;
-* :mod:`zoo.moe.auxiliary` — :func:`auxiliary_loss`, :func:`routing_stats`, :func:`active_parameters`.
+* :mod:`zoo.moe.layer` — :class:`MoEFFN` (capacity policy, side outputs) and the ``"moe"`` FFN type;
+* :mod:`zoo.moe.dispatch` — which expert row each token→expert assignment takes;
+* :mod:`zoo.moe.auxiliary` — :func:`auxiliary_loss`, :func:`routing_stats`, :func:`active_parameters`
+  (the MoE's names for the collectors of :mod:`core.sidechannels`, which the trainer and delta use).
 
 Importing this package registers the FFN type ``"moe"`` (``TransformerConfig(ffn="moe",
 ffn_options={...})``, options in :data:`MOE_OPTIONS`) and the variant ``"moe"`` for translation.
@@ -37,12 +45,15 @@ register_ffn("moe", moe_ffn)
 CHANGE = Change(
     "ffn",
     "one dense FFN per layer: every token uses all parameters",
-    "top-2 routed mixture of 8 expert FFNs in every other layer",
+    "top-2 routed mixture of 8 expert FFNs in every other layer; in training each expert takes at most "
+    "1.25× its balanced share of each sequence, earlier positions first, padding never routed; evaluation "
+    "is dropless",
     "compute is tied to parameter count",
     scope="general",
     revert={"ffn": "dense", "ffn_options": {}},
 )
-SUMMARY = "Every other FFN becomes 8 experts; a router sends each token to its top 2."
+SUMMARY = ("Every other FFN becomes 8 experts; a router sends each token to its top 2 (capacity per sequence, "
+           "earlier tokens first, in training; dropless in evaluation).")
 
 MOE = register(
     Variant(

@@ -4,6 +4,27 @@ The classic layer sends every token through one dense FFN, so compute grows with
 router sends each token to ``k`` of ``E`` expert FFNs: parameters grow with ``E``, compute per token
 stays that of ``k`` FFNs. Each expert *is* a core :class:`~core.ffn.PositionwiseFFN`.
 
+**The capacity policy.** An expert with a bounded capacity drops what exceeds it, and *who* competes for
+its slots decides what a token's output may depend on. Ranking every assignment of a call together
+(GShard's first-choices-first over the whole batch) makes a token's output depend on later tokens (a
+leak of the future under teacher forcing), on the other sentences of its batch, on its padding, and on
+how many tokens a call holds (so KV-cache decoding, one token per call, differs from recomputation).
+This layer's policy:
+
+* **training** (``module.training`` and not ``dropless``): the capacity is counted *per sequence*,
+  ``C = ceil(capacity_factor · k · N / E)`` for N tokens per sequence (the padded length: a function of
+  the input's shape, never of its content), and a sequence's assignments are served in position order,
+  then choice order. Only earlier tokens of the same sequence can take a token's slot, so the layer is
+  causal in a decoder and one sequence never takes another's capacity; padding (``token_mask``) is
+  never routed, so it takes no slot either. As in Switch/GShard, the expert inputs are buffers of a
+  fixed size (``C`` rows per sequence), so every matmul's shape is fixed by the input's shape;
+* **evaluation** (not training): *dropless*, as inference-time MoE systems run: every assignment is
+  processed, so a token's output depends on that token alone — batch-invariant, causal, and the same
+  with a KV cache as with full recomputation. Each expert's rows run in blocks of :data:`BLOCK`
+  (:func:`~zoo.moe.dispatch.blockwise`), so this holds to the last bit, not only up to rounding;
+* ``dropless=True`` also trains without capacity (exactly causal too, but the experts' matmul sizes
+  follow the routing, so the last bits of a token's output may vary with the other tokens).
+
 Shape legend: B batch, N tokens per sequence, T = B·N tokens, D model width, E experts, k experts per token.
 """
 
@@ -11,58 +32,59 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from itertools import accumulate
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.errors import check_positive, unknown_name
 from core.ffn import PositionwiseFFN
+from zoo.moe.dispatch import Dispatch, blockwise, plan_dispatch
 from zoo.moe.router import Routing, TopKRouter
+
+BLOCK = 4  # rows of each expert matmul in evaluation: few wasted rows, still a matrix product
 
 
 class MoEFFN(nn.Module):
     """Top-k routed experts in place of the position-wise FFN; tensor in, tensor out.
 
     Each token's output is ``Σ_i gate_i · expert_i(x)`` over its ``k`` chosen experts (see
-    :class:`~zoo.moe.router.TopKRouter` for the gates).
+    :class:`~zoo.moe.router.TopKRouter` for the gates) that processed it (module docstring: capacity
+    policy). A token dropped by all its experts leaves the FFN as 0 and passes through the residual
+    connection unchanged; a padding token (``token_mask`` False) is not routed and leaves it as 0.
 
-    **Capacity.** An expert processes at most ``capacity = ceil(capacity_factor · k · T / E)``
-    token assignments per forward call (T = all tokens of the batch, padding included: the FFN has no
-    mask). Assignments beyond that are *dropped*: they contribute 0, so a token dropped by all its
-    experts leaves the FFN as 0 and passes through the residual connection unchanged. Priority is by
-    choice, then position (GShard): every token's first choice is served before any second choice, and
-    within a choice the earlier token (in ``(B, N)`` row-major order) wins. ``dropless=True`` processes
-    every assignment (no capacity).
+    **Dispatch** (:mod:`zoo.moe.dispatch`): each assignment gets a row of its expert's input, each expert
+    runs once on its rows (a Python loop over experts, not tokens), and each token gathers its ``k``
+    gated outputs back. Every expert is called even on an empty input, so all parameters are in the graph
+    (an idle expert gets a zero gradient, not ``None``, and DDP needs no ``find_unused_parameters``).
 
-    **Dispatch.** One stable argsort groups the ``T·k`` assignments by expert (keeping that priority
-    order), each expert runs once on its contiguous slice (a Python loop over experts, not tokens), and
-    ``index_add_`` sums the gated outputs back per token. Every expert is called even on an empty slice,
-    so all parameters are in the graph (an idle expert gets a zero gradient, not ``None``, and DDP needs
-    no ``find_unused_parameters``).
-
-    **Side outputs** of the last forward call are kept on the module, never returned:
-    ``balance_loss`` (Switch: ``E · Σ_e f_e · P_e``, f_e the fraction of tokens whose top-1 expert is
-    e, P_e the mean router probability of e; 1 at perfect balance, E when collapsed), ``z_loss``
-    (mean over tokens of ``logsumexp(logits)²``) and ``stats`` (detached: ``load`` per expert as a
-    fraction of the T·k assignments before capacity, ``dropped`` fraction of assignments, mean router
-    ``entropy`` in nats). :mod:`zoo.moe.auxiliary` collects them over a model.
+    **Side outputs** of the last forward call are kept on the module, never returned, all over the real
+    (non-padding) tokens: ``balance_loss`` (Switch: ``E · Σ_e f_e · P_e``, f_e the fraction of tokens
+    whose top-1 expert is e, P_e the mean router probability of e; 1 at perfect balance, E when
+    collapsed), ``z_loss`` (mean over tokens of ``logsumexp(logits)²``) and ``stats`` (detached:
+    ``load`` per expert as a fraction of the assignments before capacity, ``dropped`` fraction of
+    assignments over capacity, mean router ``entropy`` in nats). They are offered through the protocols
+    of :mod:`core.sidechannels` (``auxiliary_losses``, ``statistics``, ``active_parameters``), which
+    :mod:`zoo.moe.auxiliary` and the training loop collect over a model.
 
     Args:
         d_model: token width D.
         d_ff: hidden width of each expert.
         n_experts: number of experts E.
         k: experts per token (1: Switch, 2: GShard).
-        capacity_factor: slack of the capacity over a perfectly balanced load (> 0).
-        dropless: process every token (ignore the capacity).
+        capacity_factor: slack of the per-sequence capacity over a perfectly balanced load (> 0).
+        dropless: process every token in training too (ignore the capacity).
         activation: of the experts, ``"relu"`` or ``"gelu"``.
         dropout: on the experts' hidden activations.
         jitter: ε of the router's multiplicative input noise in training.
 
-    Shape: ``(B, N, D) -> (B, N, D)`` (any ``(..., D)``).
+    ``forward(x, token_mask=None)``: ``token_mask`` bool of ``x``'s shape without D, ``True`` = real token.
+
+    Shape: ``(B, N, D) -> (B, N, D)`` (any ``(..., N, D)``; a ``(T, D)`` input is one sequence).
     """
 
     zoo_part = "ffn"
+    takes_token_mask = True  # the core.ffn protocol: the layers pass which tokens are padding
 
     def __init__(
         self,
@@ -89,53 +111,83 @@ class MoEFFN(nn.Module):
         self.experts = nn.ModuleList(PositionwiseFFN(d_model, d_ff, activation, dropout) for _ in range(n_experts))
         self.balance_loss: Tensor | None = None
         self.z_loss: Tensor | None = None
-        self.stats: dict[str, Tensor | float | list[float]] = {}
+        self.stats: dict[str, Tensor] = {}
 
     def capacity(self, tokens: int) -> int:
-        """Assignments one expert may process in a call on ``tokens`` tokens: ceil(cf · k · T / E)."""
+        """Assignments one expert takes from one sequence of ``tokens`` tokens in training: ceil(cf · k · N / E)."""
         exact = Fraction(str(self.capacity_factor))  # 0.1 · 30 is 3, not float's 3.0000000000000004
         return math.ceil(exact * self.k * tokens / self.n_experts)
 
-    def forward(self, x: Tensor) -> Tensor:
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"MoEFFN input must be (..., d_model={self.d_model}), got {tuple(x.shape)}")
+    def forward(self, x: Tensor, token_mask: Tensor | None = None) -> Tensor:
+        self._check(x, token_mask)
+        seq_len = x.shape[-2] if x.dim() > 1 else 1
         tokens = x.reshape(-1, self.d_model)  # (T, D)
+        real = None if token_mask is None else token_mask.reshape(-1)  # (T,)
         routing = self.router(tokens)
-        out, counts, kept = self.dispatch(tokens, routing)  # (T, D)
-        self.record(routing, counts, kept)
+        capped = self.training and not self.dropless
+        plan = plan_dispatch(routing.experts, self.n_experts, seq_len, real,
+                             self.capacity(seq_len) if capped else None, 1 if self.training else BLOCK)
+        outputs = self.run_experts(tokens, plan)  # (rows + 1, D)
+        gathered = outputs.index_select(0, plan.slot.view(-1)).view(*plan.slot.shape, self.d_model)  # (T, k, D)
+        out = (gathered * routing.gates.to(gathered.dtype).unsqueeze(-1)).sum(dim=1)  # (T, D); in choice order
+        self.record(routing, real, plan)
         return out.view(x.shape)  # (B, N, D)
 
-    def dispatch(self, tokens: Tensor, routing: Routing) -> tuple[Tensor, list[int], list[int]]:
-        """Run each expert on its tokens; returns the combined ``(T, D)`` output and, per expert, the
-        number of assignments routed to it and the number it processed."""
-        T = tokens.shape[0]
-        # Assignment a = choice·T + token, so first choices come before second choices.
-        expert_of = routing.experts.t().reshape(-1)  # (k·T,)
-        order = torch.argsort(expert_of, stable=True)  # (k·T,) grouped by expert, priority order kept
-        counts = torch.bincount(expert_of, minlength=self.n_experts).tolist()  # the one host sync
-        kept = counts if self.dropless else [min(c, self.capacity(T)) for c in counts]
-        if kept != counts:  # keep the first `kept` assignments of each expert's group
-            starts = accumulate(counts, initial=0)
-            order = torch.cat([order[s : s + n] for s, n in zip(starts, kept)])  # (kept,)
-        token = order % T  # (kept,) the token of each processed assignment
-        gate = routing.gates.t().reshape(-1).index_select(0, order)  # (kept,)
-        inputs = tokens.index_select(0, token).split(kept)  # E slices of (kept_e, D)
-        y = torch.cat([expert(chunk) for expert, chunk in zip(self.experts, inputs)])  # (kept, D)
-        y = y * gate.to(y.dtype).unsqueeze(-1)
-        out = y.new_zeros(T, self.d_model).index_add_(0, token, y)  # (T, D); dropped tokens stay 0
-        return out, counts, kept
+    def _check(self, x: Tensor, token_mask: Tensor | None) -> None:
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"MoEFFN input must be (..., d_model={self.d_model}), got {tuple(x.shape)}")
+        if token_mask is None:
+            return
+        if not isinstance(token_mask, Tensor) or token_mask.dtype != torch.bool:
+            got = getattr(token_mask, "dtype", type(token_mask).__name__)
+            raise TypeError(f"token_mask must be a bool tensor (True = real token), got {got}")
+        if token_mask.shape != x.shape[:-1]:
+            raise ValueError(f"token_mask must have the input's shape without D, {tuple(x.shape[:-1])}, "
+                             f"got {tuple(token_mask.shape)}")
 
-    def record(self, routing: Routing, counts: list[int], kept: list[int]) -> None:
-        """Keep the auxiliary losses and routing statistics of this call on the module."""
+    def run_experts(self, tokens: Tensor, plan: Dispatch) -> Tensor:
+        """Every expert on its input rows; returns their outputs concatenated, plus one row of zeros (the
+        output of every assignment not processed): ``(sum(plan.rows) + 1, D)``."""
+        T, k = plan.slot.shape
+        total = sum(plan.rows)
+        owner = torch.arange(T, device=tokens.device).repeat_interleave(k)  # (T·k,) the token of each assignment
+        # the token whose input fills each row (T: an empty row, zeros); unprocessed assignments go to row `total`
+        source = torch.full((total + 1,), T, device=tokens.device).scatter_(0, plan.slot.view(-1), owner)[:total]
+        inputs = torch.cat((tokens, tokens.new_zeros(1, self.d_model))).index_select(0, source)  # (rows, D)
+        if self.training:
+            outputs = [expert(chunk) for expert, chunk in zip(self.experts, inputs.split(plan.rows))]
+        else:
+            outputs = [blockwise(expert, chunk.view(-1, BLOCK, self.d_model)).view(-1, self.d_model)
+                       for expert, chunk in zip(self.experts, inputs.split(plan.rows))]
+        return torch.cat([*outputs, outputs[0].new_zeros(1, self.d_model)])
+
+    def record(self, routing: Routing, real: Tensor | None, plan: Dispatch) -> None:
+        """Keep the auxiliary losses and routing statistics of this call, over its real tokens, on the module."""
         probs, logits = routing.probs, routing.logits  # (T, E)
-        T = max(probs.shape[0], 1)  # sums / T rather than means: an empty input gives 0, not NaN
-        top1 = torch.bincount(routing.experts[:, 0], minlength=self.n_experts).float() / T  # f_e
-        self.balance_loss = self.n_experts * (top1 * probs.sum(dim=0) / T).sum()  # E · Σ f_e · P_e
-        self.z_loss = logits.logsumexp(dim=-1).square().sum() / T
-        entropy = -(probs * probs.clamp_min(1e-9).log()).sum() / T
-        assignments = max(sum(counts), 1)
-        self.stats = {"load": [c / assignments for c in counts], "dropped": (sum(counts) - sum(kept)) / assignments,
+        weight = probs.new_ones(probs.shape[0]) if real is None else real.to(probs.dtype)  # (T,) 1 = real token
+        tokens = weight.sum().clamp_min(1)  # sums / tokens rather than means: no real token gives 0, not NaN
+        top1 = (F.one_hot(routing.experts[:, 0], self.n_experts).to(probs.dtype) * weight[:, None]).sum(0)  # (E,)
+        mean_probs = (probs * weight[:, None]).sum(0) / tokens  # P_e
+        self.balance_loss = self.n_experts * (top1 / tokens * mean_probs).sum()  # E · Σ f_e · P_e
+        self.z_loss = (logits.logsumexp(dim=-1).square() * weight).sum() / tokens
+        entropy = (-(probs * probs.clamp_min(1e-9).log()).sum(-1) * weight).sum() / tokens
+        routed = plan.routed.float()
+        assignments = routed.sum().clamp_min(1)
+        self.stats = {"load": routed / assignments, "dropped": (routed.sum() - plan.kept.sum()) / assignments,
                       "entropy": entropy.detach()}
+
+    # --- the side-channel protocols of core.sidechannels -------------------------------------------------
+    def auxiliary_losses(self) -> dict[str, Tensor] | None:
+        """``balance`` and ``z`` of the last forward (weights: Switch's α = 1e-2, ST-MoE's 1e-3)."""
+        return None if self.balance_loss is None else {"balance": self.balance_loss, "z": self.z_loss}
+
+    def statistics(self) -> dict[str, float | list[float]] | None:
+        """``load`` per expert, ``dropped``, router ``entropy``, ``balance_loss``, ``z_loss`` of the last forward."""
+        if self.balance_loss is None:
+            return None
+        return {"load": self.stats["load"].tolist(), "dropped": self.stats["dropped"].item(),
+                "entropy": self.stats["entropy"].item(), "balance_loss": self.balance_loss.detach().item(),
+                "z_loss": self.z_loss.detach().item()}
 
     def active_parameters(self) -> int:
         """Parameters one token uses: the router and ``k`` experts."""
