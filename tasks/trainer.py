@@ -1,9 +1,11 @@
 """The shared training loop of every task runner.
 
 It owns what is the same for all tasks: device choice, seeds and determinism, bf16 autocast on CUDA,
-gradient accumulation and clipping, progress bars, evaluation each epoch, checkpoints (atomic, resumable
-bit for bit), Ctrl-C and non-finite-loss handling, ``torchrun`` scale-out, and the run's output files:
-``config.json``, ``metrics.jsonl``, ``metrics.json``, ``report.md``, ``curves.png``, ``checkpoints/``.
+gradient accumulation and clipping, the auxiliary losses and statistics the model's layers report
+(:mod:`core.sidechannels`, whatever those layers are), progress bars, evaluation each epoch, checkpoints
+(atomic, resumable bit for bit), Ctrl-C and non-finite-loss handling, ``torchrun`` scale-out, and the
+run's output files: ``config.json``, ``metrics.jsonl``, ``metrics.json``, ``report.md``, ``curves.png``,
+``checkpoints/``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 import random
 import time
 from contextlib import nullcontext
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -22,12 +25,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from core.sidechannels import auxiliary_loss, layer_statistics
 from tasks.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.distributed import all_reduce_sum, gather_records, init_distributed, shard
 from tasks.report import markdown_table, plot_curves, write_report
 from tasks.run import RUN_FILE, run_info, write_json_atomic
 from tasks.task import Task
-from zoo.moe import auxiliary_loss, routing_stats
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +207,9 @@ class Trainer:
             sync = i == len(group) - 1 or not self.dist.enabled
             with (nullcontext() if sync else wrapped.no_sync()), self._autocast():
                 loss, items = self.task.loss(wrapped, shard(list(rows), self.dist))
-                # Side channel: auxiliary losses the model's layers recorded in this forward (MoE
+                # Side channel: auxiliary losses the model's layers recorded in this forward (e.g. MoE
                 # balancing and z-loss; zero for other models), as a per-item mean like the task loss.
-                loss = loss + items * auxiliary_loss(self.model, c.balance_weight, c.z_weight)
+                loss = loss + items * auxiliary_loss(self.model, auxiliary_weights(c))
             if not torch.isfinite(loss):
                 raise NonFiniteLossError(
                     f"the training loss became {loss.item()} at step {self.optimizer_steps_done() + 1}; "
@@ -260,19 +263,21 @@ class Trainer:
         if self.main:
             (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
             plot_curves(self.history, self.task.main_metric, self.out / "curves.png")
-            sections = [section, self._routing_section(), self._delta_section()]
+            sections = [section, self._statistics_section(), self._delta_section()]
             write_report(self.out / "report.md", self.config, summary, "\n\n".join(s for s in sections if s))
         return summary
 
 
-    def _routing_section(self) -> str:
-        """Mixture-of-experts routing of the last evaluation batch: load per expert, drops, entropy."""
-        stats = routing_stats(self.model)
+    def _statistics_section(self) -> str:
+        """What the model's layers report about the last evaluation batch (e.g. MoE routing: load per
+        expert, drops, router entropy), one row per layer."""
+        stats = layer_statistics(self.model)
         if not stats:
             return ""
-        rows = [{"layer": name, "load per expert": " ".join(f"{x:.2f}" for x in s["load"]),
-                 "dropped": s["dropped"], "router entropy": s["entropy"]} for name, s in stats.items()]
-        return "## Expert routing (last evaluation batch)\n\n" + markdown_table(rows)
+        rows = [{"layer": name, **{key: " ".join(f"{x:.2f}" for x in value) if isinstance(value, list) else value
+                                   for key, value in layer.items()}} for name, layer in stats.items()]
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        return "## Layer statistics (last evaluation batch)\n\n" + markdown_table(rows, columns)
 
     def _delta_section(self) -> str:
         """The "what changed" analysis of the trained variant, at the size it was trained."""
@@ -288,6 +293,13 @@ class Trainer:
             log.warning("delta analysis failed: %s", error)
             return f"## What changed\n\nThe delta analysis failed: {error}"
         return render_markdown(report, heading="##")
+
+
+def auxiliary_weights(config) -> dict[str, float]:
+    """Weights of the auxiliary loss terms the model's layers report (:mod:`core.sidechannels`): each
+    config field ``<term>_weight`` weighs the term ``<term>`` (``balance_weight`` -> ``"balance"``)."""
+    return {f.name.removesuffix("_weight"): getattr(config, f.name)
+            for f in fields(config) if f.name.endswith("_weight")}
 
 
 def _epoch_line(row: dict[str, Any], main_metric: str) -> str:

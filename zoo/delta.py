@@ -9,7 +9,9 @@ compare per part (see :data:`core.parts.PARTS`):
 * forward FLOPs at the task's input size, counted by ``torch.utils.flop_counter`` with the math
   attention backend, so attention matmuls are seen (convention: FLOPs = 2·MACs; elementwise ops,
   softmax and norms are not counted), and how attention FLOPs grow with sequence length;
-* activation memory of one training step: bytes of the tensors autograd saves for backward.
+* activation memory of one training step: bytes of the tensors autograd saves for backward;
+* parameters one token uses (:func:`core.sidechannels.active_parameters`: a layer that offers
+  ``active_parameters()``, e.g. a mixture of experts, counts only what one token runs).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from core.attention import AttentionKernel
 from core.errors import unknown_name
 from core.parts import PARTS, module_parts, parameters_by_part
-from zoo.moe import active_parameters
+from core.sidechannels import active_parameters
 from zoo.registry import Variant, get_variant
 
 

@@ -78,6 +78,7 @@ def render_markdown(report: dict[str, Any], heading: str = "#") -> str:
     active = t.get("active_params")
     if active and active["variant"] != t["params"]["variant"]:
         lines.append(f"- parameters used per token (active): classic {active['classic']:,}, variant "
-                     f"{active['variant']:,} of {t['params']['variant']:,} in total (a token runs k of E experts)")
+                     f"{active['variant']:,} of {t['params']['variant']:,} in total (sparse layers count what one "
+                     "token runs, e.g. k of E experts)")
     lines += ["", f"Conventions: {r['conventions']['flops']}; {r['conventions']['memory']}.", ""]
     return "\n".join(lines)
