@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import zoo
 from tasks.cli import main
 from tasks.distributed import DistInfo
 from tasks.evaluate import evaluate_run
@@ -155,6 +156,11 @@ def test_source_limit_follows_a_learned_position_table(run):
     learned = SimpleNamespace(config=SimpleNamespace(position="learned", max_len=100))
     assert run.task.source_limit(learned) == 99
     assert run.task.source_limit(run.model) == run.config.max_len == 256  # sinusoidal positions extrapolate
+    tok = run.task.tokenizer
+    model = zoo.create("learned-pos", "tiny", src_vocab=tok.vocab_size, tgt_vocab=None, max_len=12).eval()
+    assert run.task.source_limit(model) == 11
+    (hyp,) = run.task.translate(model, [" ".join(["the dog"] * 20)])  # cut to 11 tokens, decoded up to 12
+    assert len(tok.encode(hyp)) <= 12
 
 
 def _bad_inputs(tmp_path: Path) -> dict[str, Path]:
