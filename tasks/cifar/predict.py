@@ -60,7 +60,9 @@ def load_image(path: Path, channels: int, native_size: tuple[int, int]) -> np.nd
     """One image file as the run's training images were stored: uint8 (C, 32, 32).
 
     Transparent pixels are composited onto black, the training canvas's colour; 16-bit and float images are
-    scaled to 8 bits (floats are read on the [0, 1] scale, as torchvision does); EXIF orientation is applied.
+    scaled to 8 bits (floats are read on the [0, 1] scale, as torchvision does; PIL's own conversion would clip
+    them at 255); EXIF orientation is applied. Other sizes are resized straight to the native size (bilinear,
+    antialiased; the aspect ratio is not kept), so an image already at that size is used pixel for pixel.
     """
     from PIL import Image, ImageOps, UnidentifiedImageError
     from torchvision.transforms.v2 import functional as F

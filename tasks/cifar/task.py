@@ -15,6 +15,11 @@ horizontal flip (``--flip``), usable on every dataset — a mirrored shirt, shoe
 flips preserve Fashion-MNIST's labels as they do CIFAR's. Both are off by default (see the config).
 The augmentation of image ``i`` in epoch ``e`` is a function
 of (seed, e, i) alone, so a resumed or distributed run sees exactly the images of an uninterrupted one.
+
+Using a finished run: run.json's preprocessing holds the classes, channels, native image size and the training
+images' mean and std, so ``zoo.load_run`` needs no data; ``zoo evaluate`` writes ``predictions/<split>.jsonl``
+(one record per image: id, label, prediction, p_label, top5) and ``zoo predict`` classifies image files
+(:mod:`tasks.cifar.predict`).
 """
 
 from __future__ import annotations
