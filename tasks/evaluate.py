@@ -36,10 +36,16 @@ def evaluate_run(run: Run, data: str | Path | None = None, split: str | None = N
     out = Path(out) if out is not None else run.path / "evaluations" / _name(data, split)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for the evaluation's outputs")
-    out.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
     task.setup()  # reads the data; keeps the run's preprocessing (tokenizer, normalisation, classes)
-    metrics, section = task.final_report(run.model, out, splits=[split] if split else None)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        metrics, section = task.final_report(run.model, out, splits=[split] if split else None)
+    except (ValueError, FileNotFoundError):  # e.g. a split the data lacks: leave no empty folder behind
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise
     seconds = time.perf_counter() - tic
     source = str(data) if data is not None else (task.config.data or "the run's own data (embedded default)")
     summary = {"task": task.name, "variant": run.variant, "run": str(run.path), "weights": str(run.weights),
