@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tasks.registry import TASKS, task_class  # task_class is also imported from here by tasks.run
+from tasks.registry import TASKS, task_class
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

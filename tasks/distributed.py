@@ -61,3 +61,16 @@ def gather_records(records: list, info: DistInfo) -> list:
     gathered: list[list] = [None] * info.world  # type: ignore[list-item]
     dist.all_gather_object(gathered, records)
     return [r for part in gathered for r in part]
+
+
+def select_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when available, else CPU; otherwise the named device, validated."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was requested but CUDA is not available here; use --device cpu")
+    return device

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import tempfile
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,9 @@ import torch
 from torch import nn
 
 from tasks.checkpoint import load_checkpoint, package_version
-from tasks.distributed import DistInfo
+from tasks.config import config_from_dict
+from tasks.distributed import DistInfo, select_device
+from tasks.registry import task_class
 from tasks.task import Task
 
 RUN_FILE = "run.json"
@@ -63,25 +64,6 @@ def run_info(task: Task) -> dict[str, Any]:
         "config": task.config.to_dict(),
         "preprocessing": task.preprocessing(),
     }
-
-
-def config_from_dict(config_class: type, values: dict[str, Any]) -> Any:
-    """Rebuild a config dataclass from its JSON form (JSON turns tuples into lists; turn them back)."""
-    hints = typing.get_type_hints(config_class)
-    known = {f.name for f in dataclasses.fields(config_class) if f.init}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"fields {unknown} are not fields of {config_class.__name__}")
-    return config_class(**{k: _tuples(v, hints.get(k)) for k, v in values.items()})
-
-
-def _tuples(value: Any, hint: Any) -> Any:
-    if not isinstance(value, list) or hint is None:
-        return value
-    kinds = [hint, *typing.get_args(hint)]
-    if any(k is tuple or typing.get_origin(k) is tuple for k in kinds):
-        return tuple(_tuples(v, None) if not isinstance(v, list) else tuple(v) for v in value)
-    return value
 
 
 @dataclass
@@ -194,9 +176,6 @@ def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "c
         device: ``cpu``, ``cuda``, ``auto``...
         task: when given, a run of another task is refused (e.g. a translation run given to an image command).
     """
-    from tasks.commands import task_class
-    from tasks.trainer import select_device
-
     path = Path(path)
     info = read_run_info(path)
     if task is not None and info["task"] != task:

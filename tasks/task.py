@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from core.errors import unknown_name
-from tasks.config import TrainConfig
+from tasks.config import TrainConfig, config_from_dict
 from tasks.distributed import DistInfo
 
 
@@ -152,7 +152,6 @@ class Task:
         """The model a run describes: a reference model from :meth:`reference_args`, or the zoo variant from its
         saved full config (not from presets: the presets may have changed since). Sets ``self.model_config``."""
         import zoo
-        from tasks.run import config_from_dict
 
         if variant in self.reference_models:
             return self.reference_models[variant](*self.reference_args())

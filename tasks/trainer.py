@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from core.sidechannels import auxiliary_loss, layer_statistics
 from tasks.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from tasks.distributed import all_reduce_sum, gather_records, init_distributed, shard
+from tasks.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard
 from tasks.report import markdown_table, plot_curves, write_report
 from tasks.run import RUN_FILE, run_info, write_json_atomic
 from tasks.task import Task
@@ -37,19 +37,6 @@ log = logging.getLogger(__name__)
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
-
-
-def select_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when available, else CPU; otherwise the named device, validated."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} was requested but CUDA is not available here; use --device cpu")
-    return device
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -116,6 +103,13 @@ class Trainer:
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         c, task = self.config, self.task
+        last = self.ckpt_dir / "last.pt"
+        if not c.resume and last.exists():  # before the data loads: a refused run should cost no time
+            raise ValueError(
+                f"{self.out} already holds a checkpoint ({last}); pass --resume to continue it, "
+                "or choose another --out folder"
+            )
+        c.check_paths()
         task.setup()
         self.model = task.build_model().to(self.device)
         self.optimizer = task.make_optimizer(self.model)
@@ -125,7 +119,6 @@ class Trainer:
         wrapped = DistributedDataParallel(self.model) if self.dist.enabled else self.model
 
         epoch, batch_in_epoch, step, best = 0, 0, 0, None
-        last = self.ckpt_dir / "last.pt"
         if c.resume:
             state = load_checkpoint(last, c.to_dict())
             self.model.load_state_dict(state["model"])
@@ -136,11 +129,6 @@ class Trainer:
             epoch, batch_in_epoch, step = state["epoch"], state["batch_in_epoch"], state["step"]
             best, self.history = state["best"], list(state["history"])
             log.info("resumed from %s at epoch %d, step %d", last, epoch + 1, step)
-        elif last.exists():
-            raise ValueError(
-                f"{self.out} already holds a checkpoint ({last}); pass --resume to continue it, "
-                "or choose another --out folder"
-            )
         if self.main:
             self.out.mkdir(parents=True, exist_ok=True)
             c.save(self.out / "config.json")

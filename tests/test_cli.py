@@ -64,6 +64,7 @@ def a_file(tmp_path):
 # (arguments, what the one line must contain); {file} is a plain file, {tmp} an empty folder
 BAD_INPUTS = [
     (["train", "translation", "--max-len", "0"], "max_len must be >= 2"),
+    (["train", "translation", "--max-len", "3", "--n-train", "200"], "max_len=3 keeps none of the 200 training pairs"),
     (["train", "translation", "--lr", "nan"], "lr must be a finite number, got nan"),
     (["train", "translation", "--lr", "0"], "lr must be > 0, got 0.0"),
     (["train", "translation", "--label-smoothing", "1"], "label_smoothing must be in [0, 1), got 1.0"),

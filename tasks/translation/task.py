@@ -125,6 +125,10 @@ class TranslationTask(Task):
         self.train_tgt = tok.encode_batch([t for _, t in train])
         lengths = zip(self.train_src, self.train_tgt)
         self.train_rows = [i for i, (s, t) in enumerate(lengths) if 0 < len(s) < c.max_len and len(t) < c.max_len]
+        if not self.train_rows:
+            shortest = min((max(len(s), len(t)) for s, t in zip(self.train_src, self.train_tgt)), default=0)
+            raise ValueError(f"max_len={c.max_len} keeps none of the {len(train)} training pairs (the shortest has "
+                             f"{shortest} tokens on its longer side); raise --max-len above {shortest}")
 
     def build_model(self) -> nn.Module:
         c: TranslationConfig = self.config
