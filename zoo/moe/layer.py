@@ -17,12 +17,17 @@ This layer's policy:
   then choice order. Only earlier tokens of the same sequence can take a token's slot, so the layer is
   causal in a decoder and one sequence never takes another's capacity; padding (``token_mask``) is
   never routed, so it takes no slot either. As in Switch/GShard, the expert inputs are buffers of a
-  fixed size (``C`` rows per sequence), so every matmul's shape is fixed by the input's shape;
+  fixed size (``C`` rows per sequence), so every matmul's shape is fixed by the input's shape. ``C``
+  follows the padded length, so more padding gives *more* capacity to everyone (a batch's shape, not its
+  content, can change a training output); a capacity growing with each prefix would not depend on N at
+  all, but it drops 2-3× as many assignments at sentence lengths (random top-2 routing over 8 experts,
+  10 tokens: 14% instead of 4%), since early tokens cannot be given slots reserved for later ones;
 * **evaluation** (not training): *dropless*, as inference-time MoE systems run: every assignment is
   processed, so a token's output depends on that token alone — batch-invariant, causal, and the same
   with a KV cache as with full recomputation. Each expert's rows run in blocks of :data:`BLOCK`
-  (:func:`~zoo.moe.dispatch.blockwise`), so this holds to the last bit, not only up to rounding;
-* ``dropless=True`` also trains without capacity (exactly causal too, but the experts' matmul sizes
+  (:func:`~zoo.moe.dispatch.blockwise`), so a token's expert outputs do not change even in the last bit
+  with the other tokens (at about 1.5× the CPU time of one matmul per expert);
+* ``dropless=True`` also trains without capacity (causal as well, but the experts' matmul sizes
   follow the routing, so the last bits of a token's output may vary with the other tokens).
 
 Shape legend: B batch, N tokens per sequence, T = B·N tokens, D model width, E experts, k experts per token.
