@@ -53,9 +53,10 @@ def test_one_expert_top1_equals_the_dense_ffn(dropless, capacity_factor):
     assert routing_stats(moe)[""]["dropped"] == 0.0
 
 
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_sorted_dispatch_equals_the_per_token_definition(k):
-    moe = MoEFFN(D, 16, n_experts=4, k=k, dropless=True).eval()
+def test_dispatch_equals_the_per_token_definition(k, training):
+    moe = MoEFFN(D, 16, n_experts=4, k=k, dropless=True).train(training)
     x = torch.randn(2, 7, D)
     assert_close(moe(x), dense_reference(moe, x))
 

@@ -46,21 +46,22 @@ def plan_dispatch(experts: Tensor, n_experts: int, seq_len: int, real: Tensor | 
     dropless one with blocks of ``block`` rows. ``real`` ``(T,)`` bool marks the tokens that are not padding.
     """
     T, k = experts.shape
+    seq_len = max(seq_len, 1)
     choice = F.one_hot(experts, n_experts)  # (T, k, E)
     if real is not None:
         choice = choice * real.view(T, 1, 1)
     served = torch.ones_like(experts, dtype=torch.bool) if real is None else real[:, None].expand(T, k)
-    groups = max(T // max(seq_len, 1), 1) if capacity is not None else 1
+    sequences = T // seq_len
     # Place in the expert's queue: assignments before it (in (position, choice) order) that chose the same
     # expert, counted within its sequence (capacity) or over the whole call (dropless). Pads count nowhere.
-    before = choice.view(groups, -1, n_experts).cumsum(dim=1).view(T, k, n_experts)  # (T, k, E)
+    queues = choice.view(max(sequences, 1) if capacity is not None else 1, -1, n_experts)  # (S or 1, N·k, E)
+    before = queues.cumsum(dim=1).view(T, k, n_experts)  # (T, k, E)
     rank = before.gather(-1, experts.unsqueeze(-1)).squeeze(-1) - 1  # (T, k)
     routed = choice.sum(dim=(0, 1))  # (E,)
     if capacity is not None:
-        sequences = T // max(seq_len, 1)
         rows = [sequences * capacity] * n_experts
         served = served & (rank < capacity)
-        sequence = torch.arange(T, device=experts.device) // max(seq_len, 1)  # (T,)
+        sequence = torch.arange(T, device=experts.device) // seq_len  # (T,)
         slot = experts * rows[0] + sequence[:, None] * capacity + rank  # (T, k)
         kept = (choice * served.unsqueeze(-1)).sum(dim=(0, 1))  # (E,)
     else:
