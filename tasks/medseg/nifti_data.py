@@ -53,6 +53,7 @@ from tasks.medseg.nifti_intensity import (
     normalise,
 )
 from tasks.medseg.nifti_layout import CaseFiles, NiftiLayout, case_header, nifti_stem, read_nifti_layout
+from tasks.medseg.phantom import default_phantom_dir
 
 log = logging.getLogger(__name__)
 
@@ -346,8 +347,8 @@ def _write_cached(path: Path, record: dict) -> None:
 
 
 def cache_root() -> Path:
-    """``$ZOO_CACHE`` (default ``~/.cache/transformer-zoo``), where the phantom is cached too."""
-    return Path(os.environ.get("ZOO_CACHE", "~/.cache/transformer-zoo")).expanduser()
+    """``$ZOO_CACHE`` (default ``~/.cache/transformer-zoo``): the folder the phantom is cached in."""
+    return default_phantom_dir().parent
 
 
 def _cache_dir(cache: bool | str | Path) -> Path | None:

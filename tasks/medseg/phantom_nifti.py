@@ -29,7 +29,7 @@ import nibabel as nib
 import numpy as np
 from scipy import ndimage
 
-from tasks.medseg.phantom import HU_WINDOW, phantom_case
+from tasks.medseg.phantom import HU_WINDOW, default_phantom_dir, phantom_case
 from tasks.medseg.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ _PHANTOM_AXES = ("S", "P", "L")  # the generator's (D, H, W): slices bottom-up, 
 
 def default_phantom_nifti_dir(layout: str = "decathlon", seed: int = 0) -> Path:
     """``$ZOO_CACHE/medseg-phantom-nifti-v<version>-<layout>-seed<seed>`` (default ``~/.cache/transformer-zoo``)."""
-    cache = Path(os.environ.get("ZOO_CACHE", "~/.cache/transformer-zoo")).expanduser()
+    cache = default_phantom_dir(seed).parent  # the Synapse-layout phantom's cache folder
     return cache / f"medseg-phantom-nifti-v{PHANTOM_NIFTI_VERSION}-{layout}-seed{seed}"
 
 
