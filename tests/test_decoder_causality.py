@@ -34,7 +34,7 @@ def batch(model: nn.Module, rows: int = 3, src_len: int = 9, tgt_len: int = 12, 
     right-padded to a random length (the first is full, so that every position is probed)."""
     gen = torch.Generator().manual_seed(seed)
     c = model.config
-    src = probes.real_tokens(model, (rows, src_len), gen)
+    src = probes.real_tokens(model, (rows, src_len), gen, source=True)
     tgt = probes.real_tokens(model, (rows, tgt_len), gen)
     tgt[:, 0] = c.bos_id
     for i in range(1, rows):

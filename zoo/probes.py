@@ -93,10 +93,11 @@ def _logits(model: nn.Module, src: Tensor, tgt: Tensor) -> Tensor:
     return model.decode(tgt, memory, src_mask).float()  # (B, T, V)
 
 
-def real_tokens(model: nn.Module, shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
-    """Random ids of ``shape`` that are none of the special tokens (pad, BOS, EOS)."""
+def real_tokens(model: nn.Module, shape: tuple[int, ...], generator: torch.Generator, source: bool = False) -> Tensor:
+    """Random target (or ``source``) ids of ``shape`` that are none of the special tokens (pad, BOS, EOS)."""
     c = model.config
-    return torch.randint(max(c.pad_id, c.bos_id, c.eos_id) + 1, c.tgt_vocab, shape, generator=generator)
+    vocab = c.src_vocab if source else c.tgt_vocab
+    return torch.randint(max(c.pad_id, c.bos_id, c.eos_id) + 1, vocab, shape, generator=generator)
 
 
 @torch.no_grad()
