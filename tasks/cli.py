@@ -162,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     from tasks.lab.cli import add_lab_command
 
     add_lab_command(sub)
+    from tasks.check_command import add_check_command
+    from tasks.scaffold import add_scaffold_command
+
+    add_check_command(sub)
+    add_scaffold_command(sub)
+    from tasks.plugins import add_user_dir_flag
+
+    add_user_dir_flag(parser, dest="user_dir_global")  # on every command, before or after its name
     return parser
 
 
@@ -176,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        from tasks.plugins import load_plugins, user_dirs_of
+
+        load_plugins(user_dirs_of(args))  # before any variant name is resolved
         return args.func(args)
     except BrokenPipeError:  # the reader went away (`zoo list | head`): stop quietly, as the docs of signal advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

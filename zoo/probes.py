@@ -100,6 +100,22 @@ def real_tokens(model: nn.Module, shape: tuple[int, ...], generator: torch.Gener
     return torch.randint(max(c.pad_id, c.bos_id, c.eos_id) + 1, vocab, shape, generator=generator)
 
 
+def probe_batch(model: nn.Module, rows: int = 3, src_len: int = 9, tgt_len: int = 12,
+                seed: int = 0) -> tuple[Tensor, Tensor]:
+    """A batch to probe with: ``(rows, src_len)`` sources and ``(rows, tgt_len)`` BOS-first targets of real
+    tokens; every row but the first is right-padded to a random length (the first is full, so that every
+    position is probed)."""
+    gen = torch.Generator().manual_seed(seed)
+    c = model.config
+    src = real_tokens(model, (rows, src_len), gen)
+    tgt = real_tokens(model, (rows, tgt_len), gen)
+    tgt[:, 0] = c.bos_id
+    for i in range(1, rows):
+        src[i, torch.randint(2, src_len, (1,), generator=gen).item():] = c.pad_id
+        tgt[i, torch.randint(2, tgt_len, (1,), generator=gen).item():] = c.pad_id
+    return src, tgt
+
+
 @torch.no_grad()
 def causal_leak(model: nn.Module, src: Tensor, tgt: Tensor, t: int, replacement: int | None = None,
                 seed: int = 0) -> Drift:

@@ -1,0 +1,426 @@
+"""``zoo check VARIANT``: the conformance suite — is the variant a fair patch on the classic model?
+
+For every preset (or the ones asked for) and every task of the variant, one row per check, each with the
+measured number and, when it fails, the reason:
+
+* ``build`` — the config validates and the model builds; ``forward`` — finite outputs on the task's example
+  input (:attr:`zoo.registry.Variant.example_input` at the task's size, batch 2); ``backward`` — every
+  parameter gets a finite gradient (from a random projection of the outputs plus any auxiliary losses);
+* ``changes`` — the declared changed parts equal the measured ones: the parts whose module types or parameter
+  counts differ from the classic counterpart (the config with every change reverted), as ``zoo diff``
+  measures them;
+* ``revert NAME`` — one per change: reverting it alone moves its part (it is not a no-op), alters the module
+  types or parameters of no part outside those it declares (its own, and those it ``resizes`` or is
+  ``also_in``), and brings back the classic counterpart's own module types at its part (sizes may differ
+  where other changes set them; a part changed twice is reverted whole);
+* decoders (:func:`zoo.probes.is_autoregressive`): ``causal (train)`` / ``causal (eval)`` — later target
+  tokens, changed or padded, leave earlier outputs bit-identical; ``padding`` — appended pads move no real
+  position; ``batch (eval)`` — a sequence is bit-identical beside others of its shape, and equal to rounding
+  alone or beside longer ones; ``kv cache`` — cached decoding equals full recomputation (logits, and the
+  tokens of greedy and beam search). Other models get ``batch (eval)``: an input alone and in a batch;
+* ``save/load`` — the weights written as ``zoo export`` writes them (safetensors) and as ``zoo train``
+  checkpoints them (a ``weights_only`` state dict) and loaded into a model built from another seed give
+  bit-identical outputs;
+* ``seed`` — two builds from one seed give bit-identical outputs, and a training-mode forward repeats
+  under one seed; ``accounting`` — parameters per part add up to the model's, the meta-device build that
+  ``zoo list`` counts agrees with the real one, and FLOPs per part add up to the measured total.
+
+Models are built with every dropout-like rate at 0 (:func:`zoo.probes.quiet_overrides`), so that training
+mode is deterministic. Exactness: where two computations have the same shapes they must be bit-identical;
+where the batch or the padded length differs, matmul kernels may round differently, so they must agree
+within :data:`RTOL` of the largest output (float32 rounding, the policy of ``tests/test_decoder_causality.py``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from core.errors import unknown_name
+from core.parts import PARTS, module_parts, parameters_by_part, part_of
+from core.sidechannels import AuxiliaryLosses, active_parameters
+from zoo import probes
+from zoo.delta import TASK_SHAPES, flops_by_part, module_flops, resolve, structure_by_part
+from zoo.registry import Change, Variant, tasks_of
+
+RTOL = 1e-5  # float32 rounding, relative to the largest output (at least 1)
+EXAMPLE_BATCH = 2
+
+
+@dataclass
+class Row:
+    """One check of one preset: ``ok`` is ``None`` when the check does not apply to the model."""
+
+    preset: str
+    check: str
+    ok: bool | None
+    measured: str = ""
+    reason: str = ""
+
+    @property
+    def result(self) -> str:
+        return "n/a" if self.ok is None else "PASS" if self.ok else "FAIL"
+
+
+@dataclass
+class Report:
+    variant: str
+    task: str
+    rows: list[Row]
+    seconds: float
+
+    @property
+    def failed(self) -> list[Row]:
+        return [r for r in self.rows if r.ok is False]
+
+    def row(self, check: str, preset: str | None = None) -> Row:
+        """The row of ``check`` (of ``preset``, default: the first preset checked)."""
+        for r in self.rows:
+            if r.check == check and (preset is None or r.preset == preset):
+                return r
+        raise unknown_name("check", check, sorted({r.check for r in self.rows}))
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    """A built model per part: module types (as ``zoo diff`` groups them: a module tagged ``stacking`` owns
+    its subtree), the types of the modules that are the part's *own* (tagged with it or inheriting it, not
+    modules of another part nested in a stacking subtree), and parameters."""
+
+    types: dict[str, Counter]
+    own: dict[str, Counter]
+    params: dict[str, int]
+
+
+def anatomy(model: nn.Module) -> Anatomy:
+    owner = module_parts(model)
+    tags: dict[str, str] = {}
+    own: dict[str, Counter] = {p: Counter() for p in PARTS}
+    for name, module in model.named_modules():
+        parent = name.rpartition(".")[0] if name else None
+        tags[name] = part_of(module) or (tags.get(parent, "stacking") if parent is not None else "stacking")
+        if name and tags[name] == owner[name]:
+            own[owner[name]][type(module).__name__] += 1
+    return Anatomy(structure_by_part(model), own, dict(parameters_by_part(model)))
+
+
+def _build(variant: Variant, config: Any, seed: int = 0, meta: bool = False) -> nn.Module:
+    torch.manual_seed(seed)
+    if meta:
+        with torch.device("meta"):  # shapes only, as zoo list and zoo params count
+            return variant.build(config)
+    return variant.build(config)
+
+
+def _anatomy_of(variant: Variant, config: Any) -> Anatomy:
+    """Anatomy of a build on the meta device (on the CPU where the build needs real tensors)."""
+    try:
+        return anatomy(_build(variant, config, meta=True))
+    except Exception:  # a build that computes with real values; the accounting row reports it
+        return anatomy(_build(variant, config))
+
+
+def _differs(a: Anatomy, b: Anatomy, part: str) -> bool:
+    return a.types[part] != b.types[part] or a.params[part] != b.params[part]
+
+
+def _types(c: Counter) -> str:
+    return ", ".join(f"{k}×{n}" for k, n in sorted(c.items())) or "nothing"
+
+
+def _describe(a: Anatomy, b: Anatomy, part: str, own: bool = False) -> str:
+    """What differs at ``part`` from ``a`` to ``b``: module types (the part's own ones), else parameters."""
+    x, y = (a.own[part], b.own[part]) if own else (a.types[part], b.types[part])
+    if x != y:
+        return f"{part}: {_types(x - y)} → {_types(y - x)}"
+    return f"{part}: parameters {a.params[part]:,} → {b.params[part]:,}"
+
+
+def _reach(change: Change) -> tuple[str, ...]:
+    """The parts a change may alter: its own, and those it declares it resizes or also changes."""
+    return getattr(change, "parts", (change.part,))  # Change.parts: own part, then resizes and also_in
+
+
+def _slice(inputs: tuple, n: int) -> tuple:
+    return tuple(x[:n] if isinstance(x, Tensor) else x for x in inputs)
+
+
+def _same(a: Tensor, b: Tensor) -> tuple[bool, float]:
+    drift = (a.float() - b.float()).abs().max().item() if a.shape == b.shape else float("inf")
+    return a.shape == b.shape and torch.equal(a, b), drift
+
+
+def _close(drift: probes.Drift) -> bool:
+    return drift.max_abs <= RTOL * max(drift.magnitude, 1.0)
+
+
+class _Preset:
+    """The checks of one preset of one registration; each method returns its rows."""
+
+    def __init__(self, variant: Variant, task: str, preset: str) -> None:
+        self.variant, self.task, self.preset = variant, task, preset
+        spec = TASK_SHAPES[task]
+        self.fixed = {**spec.config_overrides(spec.shape), **probes.quiet_overrides(variant.name, task)}
+        self.config = variant.config(preset, **self.fixed)
+        self.inputs = variant.example_input(self.config, {**spec.for_config(self.config), "batch": EXAMPLE_BATCH})
+        self.model = _build(variant, self.config)
+
+    def row(self, check: str, ok: bool | None, measured: str = "", reason: str = "") -> Row:
+        return Row(self.preset, check, ok, measured, "" if ok or ok is None else reason)
+
+    def outputs(self, model: nn.Module, training: bool = False, inputs: tuple | None = None) -> Tensor:
+        model.train(training)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            return model(*(self.inputs if inputs is None else inputs))
+
+    def config_with(self, overrides: dict[str, Any]) -> Any:
+        return self.variant.config(self.preset, **{**self.fixed, **overrides})
+
+    # ------------------------------------------------------------------------- build, forward, backward
+
+    def forward_backward(self) -> list[Row]:
+        n_params = sum(p.numel() for p in self.model.parameters())
+        rows = [self.row("build", True, f"{n_params:,} parameters")]
+        self.fresh_eval = self.outputs(self.model)  # before any training-mode forward moves running statistics
+        self.model.train()
+        out = self.model(*self.inputs)
+        if not isinstance(out, Tensor) or not out.is_floating_point():
+            return rows + [self.row("forward", False, type(out).__name__, "the model must return a float tensor")]
+        finite = bool(torch.isfinite(out).all())
+        rows.append(self.row("forward", finite, f"{tuple(out.shape)}, max |y| {out.abs().max().item():.3g}",
+                             "non-finite outputs (NaN or inf)"))
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+        loss = (out.float() * weights).sum()
+        for module in self.model.modules():  # routers whose only gradient is an auxiliary loss
+            if isinstance(module, AuxiliaryLosses) and module.auxiliary_losses():
+                loss = loss + sum(module.auxiliary_losses().values())
+        loss.backward()
+        params = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        missing = [n for n, p in params if p.grad is None]
+        bad = [n for n, p in params if p.grad is not None and not torch.isfinite(p.grad).all()]
+        self.model.zero_grad(set_to_none=True)
+        reason = (f"no gradient reaches {len(missing)} parameter(s): {', '.join(missing[:3])}" if missing else
+                  f"non-finite gradients in {', '.join(bad[:3])}")
+        rows.append(self.row("backward", not missing and not bad,
+                             f"{len(params) - len(missing)}/{len(params)} parameter tensors get one", reason))
+        return rows
+
+    # ------------------------------------------------------------------------------- declared changes
+
+    def changes(self) -> list[Row]:
+        variant = self.variant
+        self.mine = _anatomy_of(variant, self.config)
+        self.classic = _anatomy_of(variant, self.config_with(variant.classic_overrides()))
+        measured = [p for p in PARTS if _differs(self.classic, self.mine, p)]
+        reached = {p for c in variant.changes for p in _reach(c)}
+        problems = [f"undeclared change at {_describe(self.classic, self.mine, p)}" for p in measured
+                    if p not in reached]
+        problems += [f"{p} is declared but measures the same as the classic counterpart"
+                     for p in variant.parts_changed if p not in measured]
+        rows = [self.row("changes", not problems, ", ".join(measured) or "none", "; ".join(problems))]
+        return rows + [self.revert(change) for change in variant.changes]
+
+    def revert(self, change: Change) -> Row:
+        """Revert ``change`` alone: it must move its part, alter nothing outside the parts it declares, and
+        (with the other changes of its part) bring back the classic model's own module types there."""
+        check = f"revert {getattr(change, 'name', change.part)}"
+        if not change.revert:
+            return self.row(check, False, "no revert", "the change declares no revert overrides")
+        alone = _anatomy_of(self.variant, self.config_with(change.revert))
+        moved = [p for p in PARTS if _differs(self.mine, alone, p)]
+        measured = f"moves {', '.join(moved) or 'nothing'}"
+        if change.part not in moved:
+            return self.row(check, False, measured, f"{change.revert} leaves the variant's modules at {change.part} "
+                            f"in place ({_types(self.mine.types[change.part])})")
+        outside = [p for p in moved if p not in _reach(change)]
+        if outside:
+            return self.row(check, False, measured, f"{change.revert} also changes "
+                            + "; ".join(_describe(self.mine, alone, p) for p in outside)
+                            + " (declare it in the change's resizes= or also_in=, or revert less)")
+        together = alone
+        same_part = [c for c in self.variant.changes if c.part == change.part]
+        if len(same_part) > 1:  # one part changed twice (MISSFormer's hierarchy and bridge): revert both
+            reverts = {k: v for c in same_part for k, v in c.revert.items()}
+            together = _anatomy_of(self.variant, self.config_with(reverts))
+        restored = together.own[change.part] == self.classic.own[change.part]
+        return self.row(check, restored, measured, f"{change.revert} does not bring back the classic modules: "
+                        + _describe(self.classic, together, change.part, own=True))
+
+    # ---------------------------------------------------------------------------- behaviour probes
+
+    def decoder(self) -> list[Row]:
+        model = self.model
+        if not probes.is_autoregressive(model):
+            with torch.no_grad():
+                batch = self.outputs(model, inputs=_slice(self.inputs, 1))
+                drift = probes.Drift((self.outputs(model)[:1] - batch).abs().max().item(), batch.abs().max().item())
+            return [self.row("causal / kv cache", None, "no autoregressive decoder"),
+                    self.row("batch (eval)", _close(drift), f"alone vs in a batch: {drift.max_abs:.2g}",
+                             f"an input's output depends on its batch (drift {drift.max_abs:.3g})")]
+        src, tgt = probes.probe_batch(model)
+        rows = []
+        for training in (True, False):
+            model.train(training)
+            leaks = [probes.causal_leak(model, src, tgt, t, replacement).max_abs
+                     for t in (0, 3, 7, tgt.shape[1] - 2) for replacement in (None, model.config.pad_id)]
+            rows.append(self.row(f"causal ({'train' if training else 'eval'})", max(leaks) == 0.0,
+                                 f"max drift {max(leaks):.3g}",
+                                 f"earlier outputs move when later target tokens change (by {max(leaks):.3g})"))
+        model.eval()
+        pad = probes.padding_leak(model, src, tgt, extra=5)
+        rows.append(self.row("padding", _close(pad), f"max drift {pad.max_abs:.2g}",
+                             f"appended padding moves real positions by {pad.max_abs:.3g}"))
+        others_src, others_tgt = probes.probe_batch(model, rows=4, seed=1)
+        longer_src, longer_tgt = probes.probe_batch(model, rows=2, src_len=14, tgt_len=17, seed=2)
+        same = probes.batch_leak(model, src, tgt, others_src[:2], others_tgt[:2])
+        alone = [probes.batch_leak(model, src[:1], tgt[:1], s, t)
+                 for s, t in ((others_src, others_tgt), (longer_src, longer_tgt))]
+        worst = max(alone, key=lambda d: d.relative)
+        rows.append(self.row("batch (eval)", same.max_abs == 0.0 and all(map(_close, alone)),
+                             f"same shape {same.max_abs:.2g}, alone {worst.max_abs:.2g}",
+                             f"a sequence depends on its batch (same shape: {same.max_abs:.3g}, alone: "
+                             f"{worst.max_abs:.3g})"))
+        cache = probes.cache_drift(model, src, tgt)
+        tokens = [probes.decoding_mismatch(model, src, beam, max_len=10) for beam in (None, 3)]
+        rows.append(self.row("kv cache", _close(cache) and not any(tokens),
+                             f"logits {cache.max_abs:.2g}, tokens differing {tokens[0]} greedy / {tokens[1]} beam",
+                             f"cached decoding differs from recomputation (logits by {cache.max_abs:.3g}, "
+                             f"{tokens[0]} greedy and {tokens[1]} beam tokens)"))
+        return rows
+
+    # ------------------------------------------------------------------------------ persistence
+
+    def save_load(self) -> list[Row]:
+        from safetensors.torch import save_model
+
+        from tasks.checkpoint import save_checkpoint
+        from tasks.run import WEIGHTS_FILE, load_weights
+
+        reference = self.outputs(self.model)
+        other = _build(self.variant, self.config, seed=1)
+        initial = {k: v.clone() for k, v in other.state_dict().items()}
+        drifts = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            save_model(self.model, str(Path(tmp) / WEIGHTS_FILE))
+            save_checkpoint(Path(tmp) / "best.pt", {"task": self.task, "config": {}, "model": self.model.state_dict()})
+            for label, file in (("safetensors", WEIGHTS_FILE), ("state dict", "best.pt")):
+                other.load_state_dict(initial)
+                load_weights(other, Path(tmp) / file, self.task)
+                drifts[label] = _same(self.outputs(other), reference)
+        measured = ", ".join(f"{k} {d:.2g}" for k, (_, d) in drifts.items())
+        broken = [k for k, (ok, _) in drifts.items() if not ok]
+        return [self.row("save/load", not broken, measured, f"outputs after a {' and a '.join(broken)} round trip "
+                         "differ: state the module keeps outside its state dict (a plain tensor attribute, a "
+                         "non-persistent buffer drawn at random)?")]
+
+    def seed(self) -> list[Row]:
+        twin = _build(self.variant, self.config, seed=0)
+        same_build, drift = _same(self.outputs(twin), self.fresh_eval)
+        train_a, train_b = self.outputs(twin, training=True), self.outputs(twin, training=True)
+        same_train, train_drift = _same(train_a, train_b)
+        return [self.row("seed", same_build and same_train, f"two builds {drift:.2g}, two train forwards "
+                         f"{train_drift:.2g}", "the same seed gives other outputs: " + (
+                             "two builds differ" if not same_build else "training-mode forwards differ"))]
+
+    def accounting(self) -> list[Row]:
+        by_part = parameters_by_part(self.model)
+        total = sum(p.numel() for p in self.model.parameters())
+        real = anatomy(self.model)
+        try:
+            meta = anatomy(_build(self.variant, self.config, meta=True))
+        except Exception as error:
+            meta = None
+            meta_error = f"{type(error).__name__}: {error}".splitlines()[0]
+        _, flop_total = module_flops(self.model, self.inputs)
+        flops = flops_by_part(self.model, self.inputs)
+        problems = []
+        if sum(by_part.values()) != total:
+            problems.append(f"parameters per part sum to {sum(by_part.values()):,}, the model has {total:,}")
+        if meta is None:
+            problems.append(f"the model does not build on the meta device, where zoo list counts it ({meta_error})")
+        elif meta != real:
+            problems.append("the meta-device build differs: " + "; ".join(
+                _describe(meta, real, p) for p in PARTS if _differs(meta, real, p)))
+        if sum(flops.values()) != flop_total:
+            problems.append(f"FLOPs per part sum to {sum(flops.values()):,}, the total is {flop_total:,}")
+        if not 0 < active_parameters(self.model) <= total:
+            problems.append(f"active parameters {active_parameters(self.model):,} not in (0, {total:,}]")
+        return [self.row("accounting", not problems, f"params {total:,}, FLOPs {flop_total:,}", "; ".join(problems))]
+
+
+CHECKS: tuple[str, ...] = ("forward_backward", "changes", "decoder", "save_load", "seed", "accounting")
+
+
+def _error_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
+
+
+def check_preset(variant: Variant, task: str, preset: str, on_step: Callable[[str], None] | None = None) -> list[Row]:
+    """Every row of one preset; a check that raises becomes a failing row, and a model that does not build
+    fails its first row alone."""
+    try:
+        subject = _Preset(variant, task, preset)
+    except Exception as error:
+        return [Row(preset, "build", False, "", _error_line(error))]
+    rows: list[Row] = []
+    for name in CHECKS:
+        if on_step is not None:
+            on_step(name)
+        try:
+            rows += getattr(subject, name)()
+        except Exception as error:
+            rows.append(Row(preset, name.replace("_", "/"), False, "raised", _error_line(error)))
+            if name == "forward_backward":
+                break  # the later checks need a model that runs
+    return rows
+
+
+def check_variant(name: str, task: str | None = None, presets: Sequence[str] | None = None,
+                  progress: bool = False) -> list[Report]:
+    """Run the conformance suite on variant ``name``: one :class:`Report` per task (``task``, default: every
+    task it runs on), over ``presets`` (default: every preset of the registration)."""
+    tasks = [resolve(name, task)[1]] if task is not None else list(dict.fromkeys(tasks_of(name)))
+    reports = []
+    for task_name in tasks:
+        variant, _ = resolve(name, task_name)
+        chosen = list(presets) if presets else list(variant.presets)
+        for preset in chosen:
+            if preset not in variant.presets:
+                raise unknown_name(f"preset of variant {name!r}", preset, variant.presets)
+        start = time.perf_counter()
+        rows: list[Row] = []
+        from tqdm import tqdm
+
+        with tqdm(chosen, desc=f"zoo check {name} ({task_name})", unit="preset", disable=not progress,
+                  leave=False) as bar:
+            for preset in bar:
+                rows += check_preset(variant, task_name, preset, lambda step, p=preset: bar.set_postfix_str(
+                    f"{p}: {step}"))
+        reports.append(Report(name, task_name, rows, time.perf_counter() - start))
+    return reports
+
+
+def render(report: Report) -> str:
+    """The report as an aligned text table with a summary line."""
+    header = ("preset", "check", "result", "measured", "reason")
+    cells = [header, *((r.preset, r.check, r.result, r.measured, r.reason) for r in report.rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(4)]
+    lines = [("  ".join(c[i].ljust(widths[i]) for i in range(4)) + "  " + c[4]).rstrip() for c in cells]
+    return "\n".join([f"zoo check {report.variant} ({report.task})", *lines, summary(report)])
+
+
+def summary(report: Report) -> str:
+    presets = len(dict.fromkeys(r.preset for r in report.rows))
+    applied = [r for r in report.rows if r.ok is not None]
+    verdict = "PASS" if not report.failed else f"FAIL ({', '.join(f'{r.preset}/{r.check}' for r in report.failed)})"
+    return (f"{report.variant} on {report.task}: {len(applied) - len(report.failed)}/{len(applied)} checks passed "
+            f"over {presets} preset(s) in {report.seconds:.0f} s: {verdict}")
