@@ -1,8 +1,18 @@
+import os
+
 import pytest
 import torch
 
 # Tests use tiny models: one thread is faster, and immune to OpenMP spin-waiting when the machine is busy.
-torch.set_num_threads(1)
+# ZOO_TEST_THREADS=2 runs them on two: no test may depend on it (tests/README.md: numerics across machines).
+_THREADS = os.environ.get("ZOO_TEST_THREADS", "1")
+if not _THREADS.isdigit() or int(_THREADS) < 1:
+    raise pytest.UsageError(f"ZOO_TEST_THREADS={_THREADS!r}: give a positive number of threads, e.g. 2")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    torch.set_num_threads(int(_THREADS))  # before each test's fixtures: a training run may have set its own count
 
 
 @pytest.fixture(autouse=True)
