@@ -8,6 +8,7 @@ from torch.testing import assert_close
 import zoo
 from core.masks import padding_mask
 from core.model import Transformer, TransformerConfig, build_transformer
+from tests.numerics import assert_close_fp64, float64
 
 
 def copy_attention(ours, ref: nn.MultiheadAttention) -> None:
@@ -42,6 +43,7 @@ def copy_from_torch_transformer(ours: Transformer, ref: nn.Transformer) -> None:
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
+@float64()
 def test_equals_torch_transformer(norm_first):
     cfg = TransformerConfig(
         src_vocab=40, d_model=32, heads=4, encoder_layers=2, decoder_layers=2, d_ff=48, dropout=0.0,
@@ -65,9 +67,9 @@ def test_equals_torch_transformer(norm_first):
     memory, src_mask = ours.encode(src)
     hidden = ours.decoder(tgt_x, memory, padding_mask(tgt, 0), src_mask)
     hidden = hidden.masked_fill((tgt == 0)[..., None], 0.0)  # pad positions are unused outputs
-    assert_close(hidden, expected.masked_fill((tgt == 0)[..., None], 0.0), atol=1e-5, rtol=1e-4)
+    assert_close_fp64(hidden, expected.masked_fill((tgt == 0)[..., None], 0.0))
     logits = ours(src, tgt)
-    assert_close(logits[0], ours.generator(expected)[0], atol=1e-4, rtol=1e-4)
+    assert_close_fp64(logits[0], ours.generator(expected)[0])
 
 
 @pytest.mark.parametrize("position", ["sinusoidal", "learned", "rope", "alibi"])
@@ -84,13 +86,14 @@ def test_causality(position):
 
 
 @pytest.mark.parametrize("position", ["sinusoidal", "rope", "alibi"])
+@float64()
 def test_padding_changes_no_real_output(position):
     model = build_transformer("tiny", position=position).eval()
     src = torch.randint(3, 64, (1, 5))
     tgt = torch.randint(3, 64, (1, 4))
     padded_src = torch.cat([src, torch.zeros(1, 3, dtype=torch.long)], dim=1)
     padded_tgt = torch.cat([tgt, torch.zeros(1, 2, dtype=torch.long)], dim=1)
-    assert_close(model(padded_src, padded_tgt)[:, :4], model(src, tgt), atol=1e-5, rtol=1e-5)
+    assert_close_fp64(model(padded_src, padded_tgt)[:, :4], model(src, tgt))
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True, "position": "learned"}, {"share_embeddings": False,

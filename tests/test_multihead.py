@@ -8,6 +8,7 @@ from torch.testing import assert_close
 from core.attention import ReferenceAttention
 from core.masks import padding_mask
 from core.multihead import KVCache, MultiHeadAttention, record_attention
+from tests.numerics import FP64, REFERENCE_FP64, assert_close_fp64, float64
 
 
 def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
@@ -18,29 +19,33 @@ def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> Non
         ours.out.bias.copy_(ref.out_proj.bias)
 
 
-@pytest.mark.parametrize("kernel", [None, ReferenceAttention()])
+@pytest.mark.parametrize("kernel", [None, ReferenceAttention()], ids=["sdpa", "reference"])
+@float64()
 def test_self_attention_equals_torch(kernel):
     ref = nn.MultiheadAttention(16, 4, batch_first=True).eval()
     ours = MultiHeadAttention(16, 4, kernel=kernel).eval()
     copy_from_torch(ours, ref)
     x = torch.randn(3, 6, 16)
     ids = torch.tensor([[1, 2, 3, 0, 0, 0], [1, 2, 3, 4, 5, 6], [1, 2, 0, 0, 0, 0]])
+    tolerance = FP64 if kernel is None else REFERENCE_FP64
     expected, _ = ref(x, x, x, key_padding_mask=ids == 0, need_weights=False)
-    assert_close(ours(x, mask=padding_mask(ids, 0)), expected, atol=1e-5, rtol=1e-5)
+    assert_close_fp64(ours(x, mask=padding_mask(ids, 0)), expected, tolerance)
     causal = nn.Transformer.generate_square_subsequent_mask(6)
     expected, _ = ref(x, x, x, attn_mask=causal, need_weights=False)
-    assert_close(ours(x, is_causal=True), expected, atol=1e-5, rtol=1e-5)
+    assert_close_fp64(ours(x, is_causal=True), expected, tolerance)
 
 
+@float64()
 def test_cross_attention_equals_torch():
     ref = nn.MultiheadAttention(16, 2, batch_first=True).eval()
     ours = MultiHeadAttention(16, 2).eval()
     copy_from_torch(ours, ref)
     x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
     expected, _ = ref(x, memory, memory, need_weights=False)
-    assert_close(ours(x, memory=memory), expected, atol=1e-5, rtol=1e-5)
+    assert_close_fp64(ours(x, memory=memory), expected)
 
 
+@float64()
 def test_recorded_weights_equal_torch_weights():
     ref = nn.MultiheadAttention(16, 4, batch_first=True).eval()
     ours = MultiHeadAttention(16, 4).eval()
@@ -49,11 +54,12 @@ def test_recorded_weights_equal_torch_weights():
     _, expected = ref(x, x, x, need_weights=True, average_attn_weights=False)
     with record_attention(ours) as maps:
         ours(x)
-    assert_close(maps[""], expected, atol=1e-5, rtol=1e-5)
+    assert_close_fp64(maps[""], expected, REFERENCE_FP64)  # recording runs the reference kernel
     assert ours.attention_weights is None and not ours.record_weights  # switched off afterwards
 
 
 @pytest.mark.parametrize("position", [None, "rope", "alibi"])
+@float64()
 def test_kv_cache_equals_full_pass(position):
     from core.position import build_position
 
@@ -63,7 +69,7 @@ def test_kv_cache_equals_full_pass(position):
     full = attn(x, is_causal=True)
     cache = KVCache()
     steps = [attn(x[:, t : t + 1], is_causal=True, cache=cache) for t in range(6)]
-    assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert_close_fp64(torch.cat(steps, dim=1), full)
     assert cache.length == 6
 
 
