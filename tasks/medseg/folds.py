@@ -20,6 +20,7 @@ from core.errors import check_int
 
 NNUNET_SEED = 12345
 """The seed nnU-Net v2 draws its default 5-fold split with."""
+SPLITS_FILE = "splits_final.json"
 
 
 def make_folds(cases: Iterable[str], k: int = 5, seed: int = NNUNET_SEED) -> list[dict[str, list[str]]]:
@@ -38,6 +39,34 @@ def make_folds(cases: Iterable[str], k: int = 5, seed: int = NNUNET_SEED) -> lis
     for train, val in KFold(n_splits=k, shuffle=True, random_state=seed).split(names):
         folds.append({"train": [names[i] for i in train], "val": [names[i] for i in val]})
     return folds
+
+
+def resolve_folds(
+    cases: Sequence[str], k: int, splits: str | Path | None = None, *, folders: Sequence[str | Path | None] = (),
+) -> tuple[list[dict[str, list[str]]], Path | None]:
+    """The folds of a cross-validation over ``cases`` and the file they came from (None: drawn now).
+
+    The first that exists wins: the file ``splits`` (an error when it does not exist), ``splits_final.json`` in each
+    of ``folders`` in order (e.g. the data folder, then the run folder), else :func:`make_folds` (nnU-Net's draw).
+    A file must split exactly ``cases`` into ``k`` folds.
+    """
+    check_int("folds", k, 2, hint="a cross-validation needs at least two folds")
+    candidates = [Path(splits).expanduser()] if splits is not None else []
+    candidates += [Path(f) / SPLITS_FILE for f in folders if f is not None]
+    for i, path in enumerate(candidates):
+        if not path.is_file():
+            if i == 0 and splits is not None:
+                raise FileNotFoundError(f"--splits {path} does not exist; give a {SPLITS_FILE} (a list of "
+                                        f"{{\"train\": [...], \"val\": [...]}}, one per fold)")
+            continue
+        folds = read_splits(path, cases)
+        if len(folds) != k:
+            raise ValueError(f"{path} holds {len(folds)} folds but --folds is {k}; pass --folds {len(folds)} or "
+                             f"another split file")
+        return folds, path
+    if k > len(cases):
+        raise ValueError(f"--folds {k} needs at least {k} training cases, the data has {len(cases)}; lower --folds")
+    return make_folds(cases, k), None
 
 
 def write_splits(path: str | Path, folds: Sequence[dict[str, Sequence[str]]]) -> Path:

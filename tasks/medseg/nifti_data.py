@@ -16,7 +16,12 @@ milliseconds and depends on the whole dataset's fingerprint), so another ``ct_wi
 
 How a caller gets today's ``(D, H, W)`` volumes: every image is ``(C, D, H, W)``; with one channel,
 ``case.volume()`` (or ``data.to_segdata()`` for the whole dataset) is the :class:`tasks.medseg.data.Volume` of
-``image[0]``; with several, pass ``channel=`` or feed the C channels to a model with C input channels.
+``image[0]``; with several, pass ``channel=`` for one of them, or ``channel="all"`` for ``(C, D, H, W)`` volumes
+that a model with C input channels takes (what the medseg task does).
+
+A trained run saves its :class:`Preprocessing`; passing it back (``load_nifti_dataset(root, preprocessing=...)``,
+:func:`preprocess_case`) repeats exactly the training's spacing, interpolation and intensity rules (the rules'
+statistics included) on other data.
 """
 
 from __future__ import annotations
@@ -97,16 +102,20 @@ class NiftiCase:
     image: np.ndarray = field(repr=False)
     label: np.ndarray | None = field(repr=False)
     geometry: Geometry
+    files: CaseFiles | None = None  # the files it was read from (the label file is the reference of summary.json)
 
     @property
     def spacing(self) -> tuple[float, float, float]:
         """(D, H, W) spacing in mm."""
         return self.geometry.spacing
 
-    def volume(self, channel: int | None = None) -> Volume:
-        """The :class:`Volume` of one channel (``channel`` may be omitted when there is only one)."""
+    def volume(self, channel: int | str | None = None) -> Volume:
+        """The :class:`Volume` of one channel (``channel`` may be omitted when there is only one), or of all of
+        them as a ``(C, D, H, W)`` image with ``channel="all"``."""
         if self.label is None:
             raise ValueError(f"case {self.case} has no label, so it cannot be a Volume; predict it instead")
+        if channel == "all":
+            return Volume(self.case, self.image, self.label, self.spacing)
         if channel is None:
             if self.image.shape[0] != 1:
                 raise ValueError(f"case {self.case} has {self.image.shape[0]} channels: pass channel= (0 .. "
@@ -149,7 +158,7 @@ class NiftiData:
                f"labelled test, {len(self.unlabelled)} unlabelled cases; classes {', '.join(self.class_names[1:])}"
         return [head, *fingerprint_lines(self.fingerprint, self.preprocessing.rules)]
 
-    def to_segdata(self, channel: int | None = None, valid: Sequence[str] = ()) -> SegData:
+    def to_segdata(self, channel: int | str | None = None, valid: Sequence[str] = ()) -> SegData:
         """The dataset as today's :class:`SegData` of ``(D, H, W)`` volumes; ``valid`` names training cases to hold
         out as the validation split (e.g. a fold's ``"val"`` list from :mod:`tasks.medseg.folds`)."""
         known = {c.case for c in self.train}
@@ -173,6 +182,7 @@ def load_nifti_dataset(
     root: str | Path, *, layout: str = "auto", spacing: Sequence[float] | None = None,
     ct_window: tuple[float, float] | None = CT_WINDOW, image_order: int = 1, modality: str | None = None,
     class_names: Sequence[str] | None = None, cache: bool | str | Path = True,
+    preprocessing: Preprocessing | None = None,
 ) -> NiftiData:
     """Load a NIfTI dataset folder (see the module docstring and :mod:`tasks.medseg.nifti_layout`).
 
@@ -186,6 +196,8 @@ def load_nifti_dataset(
         modality: the modality of a pair of folders, whose files do not say (default: unknown, z-scored).
         class_names: the class names of a pair of folders (default ``class 1``, ... up to the largest label).
         cache: True for ``$ZOO_CACHE/medseg-nifti-cache``, a folder, or False for no cache.
+        preprocessing: a trained run's settings: its spacing, image order and intensity rules replace
+            ``spacing``, ``image_order`` and ``ct_window`` (the rules are not refitted to this data).
 
     Raises:
         FileNotFoundError: no layout, or a file is missing. ValueError: bad dataset.json, header, or voxel data.
@@ -197,7 +209,14 @@ def load_nifti_dataset(
     headers = {c.case: case_header(c, None if found.layout == "pairs" else found.num_channels) for c in found.cases}
     channel_names = _channel_names(found, headers)
     train_files = [c for c in found.cases if c.split == "train"]
-    if spacing is None:
+    if preprocessing is not None:
+        if len(preprocessing.rules) != len(channel_names):
+            raise ValueError(f"{found.root} holds {len(channel_names)} channel(s) ({', '.join(channel_names)}) but the "
+                             f"run was trained on {len(preprocessing.rules)} "
+                             f"({', '.join(r.name for r in preprocessing.rules)})")
+        image_order = preprocessing.image_order
+        target, rule = _check_spacing(preprocessing.spacing), "the trained run's"
+    elif spacing is None:
         target = _median([ras_spacing(headers[c.case].affine) for c in train_files])
         rule = "median of the training cases"
     else:
@@ -210,8 +229,9 @@ def load_nifti_dataset(
         records[files.case], hits = record, hits + hit
     names = list(found.class_names or _default_class_names(records))
     fp = fingerprint([records[c.case] for c in train_files], channel_names, names, target, rule)
-    prep = Preprocessing(target, image_order, tuple(choose_rules(channel_names, ct_window, fp)))
-    cases = {case: NiftiCase(case, normalise(r["image"], prep.rules), r["label"], r["geometry"])
+    prep = preprocessing or Preprocessing(target, image_order, tuple(choose_rules(channel_names, ct_window, fp)))
+    by_name = {c.case: c for c in found.cases}
+    cases = {case: NiftiCase(case, normalise(r["image"], prep.rules), r["label"], r["geometry"], by_name[case])
              for case, r in records.items()}
     data = NiftiData(
         found.name, str(found.root), found.layout, names, channel_names,
@@ -237,7 +257,7 @@ def preprocess_case(files: CaseFiles | Sequence[str | Path], prep: Preprocessing
         files = CaseFiles(nifti_stem(paths[0]) or paths[0].name, paths, None, "test")
     case_header(files, len(prep.rules))  # the header checks, before any voxel is read
     record = _compute_record(files, prep.spacing, prep.image_order, num_classes)
-    return NiftiCase(files.case, normalise(record["image"], prep.rules), record["label"], record["geometry"])
+    return NiftiCase(files.case, normalise(record["image"], prep.rules), record["label"], record["geometry"], files)
 
 
 # ---- one case, cached --------------------------------------------------------------------------------------

@@ -207,8 +207,14 @@ def write_label_nifti(path: str | Path, label: np.ndarray, geometry: Geometry) -
     if label.shape != tuple(geometry.shape):
         hint = "; map it back with to_original() first" if label.shape == geometry.canonical_shape else ""
         raise ValueError(f"label for {path.name} is {label.shape}, not the original grid {geometry.shape}{hint}")
-    affine = np.asarray(geometry.affine, dtype=np.float64)
-    image = nib.Nifti1Image(label.astype(np.uint8), affine)
+    return save_label(path, label, np.asarray(geometry.affine))
+
+
+def save_label(path: str | Path, label: np.ndarray, affine: np.ndarray) -> Path:
+    """Write a uint8 label map with ``affine`` in both the qform and the sform (code 1, scanner)."""
+    path = Path(path)
+    affine = np.asarray(affine, dtype=np.float64)
+    image = nib.Nifti1Image(np.asarray(label).astype(np.uint8), affine)
     image.set_qform(affine, code=1)
     image.set_sform(affine, code=1)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -328,6 +328,20 @@ def _same_grid(path: Path, shape: tuple[int, ...], affine: np.ndarray, ref: Path
 # ---- dataset.json and files --------------------------------------------------------------------------------
 
 
+def dataset_class_names(path: str | Path) -> tuple[str, ...]:
+    """The class names (index = label value) of a Decathlon or nnU-Net v2 ``dataset.json``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: give the dataset.json that names the classes")
+    meta = _read_json(path)
+    if "labels" not in meta:
+        raise ValueError(f"{path}: missing required field labels (the class names)")
+    labels = meta["labels"]
+    if isinstance(labels, dict) and labels and all(isinstance(v, int | list) for v in labels.values()):
+        return _nnunet_labels(path, labels)  # {"background": 0, ...}
+    return _indexed_names(path, meta, "labels")  # {"0": "background", ...}
+
+
 def _read_json(path: Path) -> dict:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))

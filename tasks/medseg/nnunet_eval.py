@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import nibabel as nib
@@ -47,13 +48,14 @@ def label_metrics(reference: np.ndarray, prediction: np.ndarray, label: Label, i
 
 
 def nnunet_summary(
-    pairs: Sequence[tuple[str | Path, str | Path, np.ndarray, np.ndarray]], labels: Sequence[Label],
+    pairs: Iterable[tuple[str | Path, str | Path, np.ndarray, np.ndarray]], labels: Sequence[Label],
     ignore_label: int | None = None,
 ) -> dict:
     """The ``summary.json`` dict of nnU-Net v2's evaluation.
 
     Args:
-        pairs: ``(reference_file, prediction_file, reference, prediction)`` per case; arrays of one shape.
+        pairs: ``(reference_file, prediction_file, reference, prediction)`` per case; arrays of one shape. May be a
+            generator, so that only one case's arrays are in memory at a time.
         labels: the labels (ints) or regions (tuples of ints) to score, e.g. the foreground labels 1 .. K-1.
         ignore_label: a reference label whose voxels are left out, as nnU-Net's ``ignore_label``.
 
@@ -62,19 +64,34 @@ def nnunet_summary(
         "mean": {label: {metric: value}}, "foreground_mean": {metric: value}}``, labels as ints / tuples like
         nnU-Net's in memory (:func:`write_summary_json` turns them into its file's string keys).
     """
+    labels = check_labels(labels)
+    return aggregate([case_metrics(*pair, labels, ignore_label) for pair in pairs], labels)
+
+
+def check_labels(labels: Sequence[Label]) -> list[Label]:
+    """The labels to score, checked (ints, or non-empty tuples of ints for regions; at least one)."""
     labels = [_check_label(label) for label in labels]
     if not labels:
         raise ValueError("labels must name at least one label to score, e.g. the foreground labels [1, ..., K-1]")
-    if not pairs:
+    return labels
+
+
+def case_metrics(ref_file: str | Path, pred_file: str | Path, reference: np.ndarray, prediction: np.ndarray,
+                 labels: Sequence[Label], ignore_label: int | None = None) -> dict:
+    """One entry of ``metric_per_case``: ``{"reference_file", "prediction_file", "metrics": {label: {...}}}``."""
+    reference, prediction = np.asarray(reference), np.asarray(prediction)
+    if reference.shape != prediction.shape:
+        raise ValueError(f"{pred_file}: prediction shape {prediction.shape} differs from its reference {ref_file} "
+                         f"{reference.shape}")
+    metrics = {label: label_metrics(reference, prediction, label, ignore_label) for label in labels}
+    return {"reference_file": str(ref_file), "prediction_file": str(pred_file), "metrics": metrics}
+
+
+def aggregate(per_case: Sequence[dict], labels: Sequence[Label]) -> dict:
+    """The summary of :func:`case_metrics` entries: ``mean`` per label (NaN-skipping) and ``foreground_mean``."""
+    if not per_case:
         raise ValueError("no (reference, prediction) pairs to score")
-    per_case = []
-    for ref_file, pred_file, reference, prediction in pairs:
-        reference, prediction = np.asarray(reference), np.asarray(prediction)
-        if reference.shape != prediction.shape:
-            raise ValueError(f"{pred_file}: prediction shape {prediction.shape} differs from its reference {ref_file} "
-                             f"{reference.shape}")
-        metrics = {label: label_metrics(reference, prediction, label, ignore_label) for label in labels}
-        per_case.append({"reference_file": str(ref_file), "prediction_file": str(pred_file), "metrics": metrics})
+    per_case = list(per_case)
     mean = {label: {m: _nanmean([c["metrics"][label][m] for c in per_case]) for m in METRICS} for label in labels}
     foreground = [label for label in labels if label != 0]
     foreground_mean = {m: float(np.mean([mean[label][m] for label in foreground])) if foreground else math.nan
@@ -115,22 +132,24 @@ def evaluate_folders(
     if unpredicted and not chill:
         raise FileNotFoundError(f"{len(unpredicted)} reference(s) in {label_dir} have no prediction in {pred_dir} "
                                 f"(e.g. {unpredicted[0]}); pass chill=True to score only the predicted cases")
-    pairs = []
-    for pred_file in predictions:
-        ref_file = label_dir / pred_file.name
-        reference, ref_affine = _read_labels(ref_file)
-        prediction, pred_affine = _read_labels(pred_file)
-        if reference.shape != prediction.shape:
-            raise ValueError(f"{pred_file}: shape {prediction.shape} differs from its reference {ref_file} "
-                             f"{reference.shape}")
-        if not np.allclose(ref_affine, pred_affine, rtol=0, atol=AFFINE_ATOL):
-            raise ValueError(f"{pred_file}: affine differs from its reference {ref_file}'s by up to "
-                             f"{float(np.abs(ref_affine - pred_affine).max()):.4g} mm: not on the same grid")
-        pairs.append((ref_file, pred_file, reference, prediction))
+    pairs = (read_pair(label_dir / pred_file.name, pred_file) for pred_file in predictions)  # one case at a time
     summary = nnunet_summary(pairs, labels, ignore_label)
     if output_file is not None:
         write_summary_json(summary, output_file)
     return summary
+
+
+def read_pair(ref_file: Path, pred_file: Path) -> tuple[Path, Path, np.ndarray, np.ndarray]:
+    """``(ref_file, pred_file, reference, prediction)`` read and checked to lie on the same grid (shape, affine)."""
+    reference, ref_affine = read_label_map(ref_file)
+    prediction, pred_affine = read_label_map(pred_file)
+    if reference.shape != prediction.shape:
+        raise ValueError(f"{pred_file}: shape {prediction.shape} differs from its reference {ref_file} "
+                         f"{reference.shape}")
+    if not np.allclose(ref_affine, pred_affine, rtol=0, atol=AFFINE_ATOL):
+        raise ValueError(f"{pred_file}: affine differs from its reference {ref_file}'s by up to "
+                         f"{float(np.abs(ref_affine - pred_affine).max()):.4g} mm: not on the same grid")
+    return ref_file, pred_file, reference, prediction
 
 
 def write_summary_json(summary: dict, path: str | Path) -> Path:
@@ -182,11 +201,12 @@ def _label_files(folder: Path) -> list[Path]:
                   and not p.name.startswith("."))
 
 
-def _read_labels(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def read_label_map(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(label array as stored, affine) of a NIfTI label map; one-line errors naming the file."""
     _, affine = read_header(path)
     try:
         array = np.asarray(nib.load(path).dataobj)
-    except (OSError, EOFError, ValueError) as exc:
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
         raise ValueError(f"{path}: cannot read its voxel data ({type(exc).__name__}: {exc})") from exc
     if array.dtype.kind not in "biuf" or (array.dtype.kind == "f" and not np.array_equal(array, np.rint(array))):
         raise ValueError(f"{path}: not a label map (dtype {array.dtype}, values must be integers)")
