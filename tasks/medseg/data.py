@@ -4,6 +4,12 @@
 stacked in slice order); ``load_medseg(None)`` writes (or reuses) the generated phantom of
 :mod:`tasks.medseg.phantom` and reads it with the Synapse loader. Nothing is downloaded.
 
+A folder in one of the NIfTI layouts (Decathlon task, nnU-Net v2 raw, or ``images/`` + ``labels/``; see
+:mod:`tasks.medseg.nifti_layout`) is read by :func:`tasks.medseg.nifti_data.load_nifti_dataset`: reoriented to
+RAS, resampled to one spacing, normalised by modality, and handed over as the same volumes, sliced across the
+axis of the largest spacing; :attr:`SegData.nifti` keeps what maps a prediction back to each file's grid.
+``dataset="phantom-nifti"`` (or ``"phantom-nnunet"``) writes the phantom as such a folder first.
+
 Synapse multi-organ CT as preprocessed by TransUNet (also used by Swin-Unet and MISSFormer)::
 
     <root>/train_npz/case0005_slice012.npz    keys image (H, W), label (H, W)
@@ -55,6 +61,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -64,7 +71,10 @@ from tasks.medseg.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TR
 
 log = logging.getLogger(__name__)
 
-DATASETS = ("synapse", "acdc")
+DATASETS = ("synapse", "acdc")  # the slice/volume layouts read here
+NIFTI_DATASETS = ("decathlon", "nnunet", "pairs")  # the NIfTI layouts of tasks.medseg.nifti_layout
+PHANTOM_NIFTI = {"phantom-nifti": "decathlon", "phantom-nnunet": "nnunet"}  # the phantom written as a NIfTI folder
+ALL_DATASETS = (*DATASETS, *NIFTI_DATASETS, *PHANTOM_NIFTI)
 ACDC_CLASSES = ["background", "RV", "Myo", "LV"]
 
 # "case0005_slice012", "case_001_sliceED_0" (tag ED: case "case_001_ED"), "patient001_frame01_slice_1".
@@ -84,10 +94,10 @@ _UNREADABLE = (OSError, EOFError, ValueError, TypeError, KeyError, zipfile.BadZi
 
 @dataclass(eq=False)  # arrays have no single truth value: compare volumes by identity
 class Volume:
-    """One case: a 3D image and its label map.
+    """One case: a 3D image (one channel, or C channels such as T1 and T2) and its label map.
 
     Shape:
-        image: (D, H, W) float32; label: (D, H, W) uint8 with values in [0, num_classes).
+        image: (D, H, W) or (C, D, H, W) float32; label: (D, H, W) uint8 with values in [0, num_classes).
     """
 
     case: str  # e.g. "case0001", "patient001_frame01"
@@ -96,10 +106,10 @@ class Volume:
     spacing: tuple[float, float, float] | None = None  # (z, y, x) in mm when the files say, else None
 
     def __post_init__(self) -> None:
-        if self.image.ndim != 3 or self.image.shape != self.label.shape:
+        if self.image.ndim not in (3, 4) or self.image.shape[-3:] != self.label.shape or self.label.ndim != 3:
             raise ValueError(
-                f"case {self.case}: image and label must both be (D, H, W), got {self.image.shape} and "
-                f"{self.label.shape}"
+                f"case {self.case}: image must be (D, H, W) or (C, D, H, W) and label (D, H, W) on the same grid, "
+                f"got {self.image.shape} and {self.label.shape}"
             )
         if self.image.dtype != np.float32 or self.label.dtype != np.uint8:
             raise ValueError(f"case {self.case}: expected float32 image and uint8 label, got "
@@ -108,47 +118,77 @@ class Volume:
     @property
     def shape(self) -> tuple[int, int, int]:
         """(D, H, W)."""
-        return self.image.shape
+        return self.label.shape
+
+    @property
+    def channels(self) -> int:
+        """C: 1 for a (D, H, W) image."""
+        return 1 if self.image.ndim == 3 else self.image.shape[0]
+
+    def first_channel(self) -> np.ndarray:
+        """The (D, H, W) image of channel 0 (what overlays show)."""
+        return self.image if self.image.ndim == 3 else self.image[0]
 
 
 @dataclass
 class SegData:
     """A segmentation dataset in memory: whole volumes per split."""
 
-    name: str  # "phantom", "synapse" or "acdc"
+    name: str  # "phantom", "synapse", "acdc", or a NIfTI dataset's own name (dataset.json's, else the folder's)
     source: str  # the folder read
     class_names: list[str]  # index 0 is "background"
     train: list[Volume]  # training cases (2D slices of one case stacked in slice order)
     test: list[Volume]
     valid: list[Volume] = field(default_factory=list)  # a validation split given by the layout (ACDC), else []
+    nifti: Any = None  # the NiftiData of a NIfTI folder (geometry, files, preprocessing, fingerprint), else None
 
     @property
     def num_classes(self) -> int:
         """Number of classes including the background."""
         return len(self.class_names)
 
+    @property
+    def num_channels(self) -> int:
+        """Image channels C (the model's in_channels)."""
+        volumes = self.train or self.test
+        return volumes[0].channels if volumes else 1
 
-def load_medseg(data: str | Path | None, dataset: str = "auto", seed: int = 0) -> SegData:
+
+def load_medseg(data: str | Path | None, dataset: str = "auto", seed: int = 0, **nifti: Any) -> SegData:
     """Load a medical segmentation dataset (see the module docstring for the layouts).
 
     Args:
         data: the dataset folder, or None for the embedded phantom (written on first use to
             :func:`tasks.medseg.phantom.default_phantom_dir`).
-        dataset: ``"synapse"``, ``"acdc"``, or ``"auto"`` to tell from the folder's contents.
+        dataset: ``"synapse"``, ``"acdc"``, a NIfTI layout (``"decathlon"``, ``"nnunet"``, ``"pairs"``),
+            ``"phantom-nifti"`` / ``"phantom-nnunet"`` (the phantom as a NIfTI folder, ``data`` None), or
+            ``"auto"`` to tell from the folder's contents.
         seed: the phantom's seed (only used when ``data`` is None).
+        nifti: keyword arguments of :func:`tasks.medseg.nifti_data.load_nifti_dataset` for a NIfTI folder
+            (``spacing``, ``ct_window``, ``image_order``, ``modality``, ``class_names``, ``preprocessing``, ...).
 
     Returns:
-        The splits as :class:`SegData`.
+        The splits as :class:`SegData`; a NIfTI folder's training cases are all in ``train`` (the task draws its
+        folds from them) and its labelled test cases (``labelsTs/``) in ``test``.
 
     Raises:
         FileNotFoundError: the folder, a split, or a file named in a list is missing; no known layout.
         ValueError: a file is unreadable or holds wrong keys, dtypes, dimensions or label values.
     """
-    if dataset != "auto" and dataset not in DATASETS:
-        raise unknown_name("medseg dataset", dataset, ("auto", *DATASETS))
+    if dataset != "auto" and dataset not in ALL_DATASETS:
+        raise unknown_name("medseg dataset", dataset, ("auto", *ALL_DATASETS))
+    if dataset in PHANTOM_NIFTI:
+        if data is not None:
+            raise ValueError(f"--dataset {dataset} writes the phantom as a NIfTI folder itself; leave out --data "
+                             f"(or pass --data {data} alone to read a folder)")
+        from tasks.medseg.phantom_nifti import default_phantom_nifti_dir, write_phantom_nifti
+
+        layout = PHANTOM_NIFTI[dataset]
+        return load_nifti(write_phantom_nifti(default_phantom_nifti_dir(layout, seed), layout, seed), layout, **nifti)
     if data is None:
-        if dataset == "acdc":
-            raise ValueError("the embedded phantom is in the Synapse layout; pass an ACDC folder as data")
+        if dataset != "auto" and dataset != "synapse":
+            raise ValueError(f"the embedded phantom is in the Synapse layout; pass a {dataset} folder as --data, or "
+                             "--dataset phantom-nifti for the phantom as a NIfTI folder")
         # Imported here: the generator needs scipy.ndimage, seconds to import, which reading real data does not.
         from tasks.medseg.phantom import default_phantom_dir, write_phantom
 
@@ -162,11 +202,34 @@ def load_medseg(data: str | Path | None, dataset: str = "auto", seed: int = 0) -
         raise NotADirectoryError(f"{root} is a file; pass the dataset folder (the one holding train_npz/, ...)")
     if dataset == "auto":
         dataset = detect_layout(root)
+    if dataset in NIFTI_DATASETS:
+        return load_nifti(root, dataset, **nifti)
     return load_synapse(root) if dataset == "synapse" else load_acdc(root)
 
 
+def load_nifti(root: str | Path, layout: str = "auto", **options: Any) -> SegData:
+    """A NIfTI folder as :class:`SegData` (every training case in ``train``), its :class:`NiftiData` attached.
+
+    With C > 1 channels each volume's image is ``(C, D, H, W)``.
+    """
+    from tasks.medseg.nifti_data import load_nifti_dataset  # MONAI: imported only for NIfTI folders
+
+    nifti = load_nifti_dataset(root, layout=layout, **options)
+    seg = nifti.to_segdata(channel="all" if nifti.num_channels > 1 else None)
+    seg.nifti = nifti
+    return seg
+
+
 def detect_layout(root: Path) -> str:
-    """``"synapse"`` or ``"acdc"`` from the folders and files found in ``root``."""
+    """``"synapse"``, ``"acdc"`` or a NIfTI layout (``"decathlon"``, ``"nnunet"``, ``"pairs"``) from ``root``."""
+    from tasks.medseg.nifti_layout import detect_nifti_layout  # nibabel only: no voxel data is read here
+
+    nifti = detect_nifti_layout(root)
+    if nifti is not None:
+        return nifti
+    if (root / "imagesTr").is_dir():
+        raise FileNotFoundError(f"{root / 'dataset.json'} not found: {root} holds imagesTr/ like a Decathlon or "
+                                "nnU-Net v2 folder, which describes its classes, channels and cases in dataset.json")
     if (root / "train_npz").is_dir() or (root / "test_vol_h5").is_dir():
         return "synapse"
     if _acdc_h5_dirs(root) != (None, None) or _acdc_npz_dirs(root):
@@ -174,8 +237,9 @@ def detect_layout(root: Path) -> str:
     found = sorted(p.name + ("/" if p.is_dir() else "") for p in root.iterdir())[:20]
     raise FileNotFoundError(
         f"no known medseg layout in {root} (it holds: {', '.join(found) or 'nothing'}). Looked for Synapse "
-        f"(train_npz/, test_vol_h5/), ACDC npz (train/, valid/, test/ with *.npz, lists_ACDC/) and ACDC h5 "
-        f"({', '.join(d + '/' for d in _SLICE_DIRS + _VOLUME_DIRS)}, *.list)"
+        f"(train_npz/, test_vol_h5/), ACDC npz (train/, valid/, test/ with *.npz, lists_ACDC/), ACDC h5 "
+        f"({', '.join(d + '/' for d in _SLICE_DIRS + _VOLUME_DIRS)}, *.list) and NIfTI (dataset.json of a "
+        f"Decathlon task or an nnU-Net v2 dataset, or images/ and labels/ of .nii/.nii.gz files)"
     )
 
 
