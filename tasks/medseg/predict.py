@@ -7,6 +7,11 @@ slice at the run's ``image_size``, the arg-max zoomed back to each slice's size 
 what the run was trained on: intensities as its files stored them (Synapse: [0, 1], see run.json's
 ``preprocessing``).
 
+A run trained on NIfTI data takes NIfTI files (.nii, .nii.gz) and hands them to :mod:`tasks.medseg.nifti_predict`,
+which repeats the training's reorientation, resampling and intensity rules and writes each case's label map on its
+input's grid (nnU-Net's multi-channel ``{CASE}_{XXXX}`` files grouped by case); other runs refuse NIfTI files,
+whose preprocessing they do not know.
+
 With ``labels`` (a folder holding a label file named like each input, a single label file for a single input,
 or ``True`` when the inputs hold their labels), every case also gets Dice and HD95 per organ in both
 conventions, written as ``OUT/predictions/predict.jsonl`` records (the evaluation's format) with
@@ -25,7 +30,15 @@ from tqdm.auto import tqdm
 
 from core.errors import check_positive
 from tasks.medseg.data import Volume
-from tasks.medseg.volumes_io import case_name, find_volumes, read_image, read_label, volume_format, write_label
+from tasks.medseg.volumes_io import (
+    NIFTI_FORMATS,
+    case_name,
+    find_volumes,
+    read_image,
+    read_label,
+    volume_format,
+    write_label,
+)
 from tasks.records import split_hash, write_records
 from tasks.run import Run
 
@@ -56,6 +69,19 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
     out = Path(out if out is not None else "predictions")
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for the predicted label volumes")
+    nifti = [f for f in files if volume_format(f) in NIFTI_FORMATS]
+    if run.preprocessing.get("nifti") is not None:
+        other = next((f for f in files if f not in nifti), None)
+        if other is not None:
+            raise ValueError(f"{other}: {run.path} was trained on NIfTI data (reoriented, resampled and normalised "
+                             "as run.json records); give it .nii or .nii.gz files")
+        from tasks.medseg.nifti_predict import predict_nifti
+
+        return predict_nifti(run, files, out, labels, progress, batch_size)
+    if nifti:
+        raise ValueError(f"{nifti[0]} is NIfTI, but {run.path} was trained on {run.preprocessing.get('dataset')} "
+                         "volumes as their files store them, with no NIfTI preprocessing (orientation, spacing, "
+                         "intensity rule) to repeat; train on a NIfTI folder to predict NIfTI files")
     clash = next((f for f in files if (out / f.name).resolve() == f.resolve()), None)
     if clash is not None:
         raise ValueError(f"--out {out} holds the input {clash}, which its prediction would replace; choose another "

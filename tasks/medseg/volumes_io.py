@@ -7,6 +7,10 @@ Formats, told apart by how the file name ends (the layouts of :mod:`tasks.medseg
            ``label`` (uint8) and the input's ``spacing``.
     .npz   ACDC's MT-UNet volumes ``case_XXX_volume_ED.npz``: keys ``img`` (or ``image``) and maybe ``label``.
            Prediction: an .npz with the key ``label`` (uint8).
+    .nii, .nii.gz   NIfTI, read here as stored (the file's array axes, spacing from the header, the affine kept in
+           ``meta``); a prediction is a uint8 NIfTI with the input's affine. Runs trained on NIfTI data predict
+           through :mod:`tasks.medseg.nifti_predict`, which applies the training's reorientation, resampling and
+           intensity rules, and maps each prediction back onto its input's grid before it is written here.
 
 A format is added by one reader in :data:`READERS` and one writer in :data:`WRITERS` under its file ending.
 Files keep their names: the prediction of ``in/case0001.npy.h5`` is ``OUT/case0001.npy.h5``.
@@ -16,15 +20,18 @@ Shape legend: ``D, H, W`` slices, rows, columns.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import h5py
+import nibabel as nib
 import numpy as np
 
 from tasks.medseg.data import _as_image, _as_label, _read_h5, _read_npz, _volume_case
+from tasks.medseg.nifti_layout import nifti_stem, read_header
 
 
 @dataclass(eq=False)
@@ -44,8 +51,8 @@ class VolumeFile:
 
 def case_name(path: Path) -> str:
     """The case name the loaders give a volume file (``case0001.npy.h5`` -> ``case0001``, ``case_002_volume_ED.npz``
-    -> ``case_002_ED``): the names of the evaluation's records."""
-    return _volume_case(path)
+    -> ``case_002_ED``, ``liver_3.nii.gz`` -> ``liver_3``): the names of the evaluation's records."""
+    return nifti_stem(path) or _volume_case(path)
 
 
 # role ("image" or "label") -> the keys that may hold it, per format
@@ -74,10 +81,37 @@ def _write_npz_label(path: Path, label: np.ndarray, source: VolumeFile) -> None:
         np.savez_compressed(f, label=label)
 
 
+def _read_nifti_volume(path: Path, role: str) -> VolumeFile:
+    from tasks.medseg.nnunet_eval import read_label_map
+
+    if role == "label":
+        array, affine = read_label_map(path)
+    else:
+        _, affine = read_header(path)
+        try:
+            array = np.asarray(nib.load(path).dataobj, dtype=np.float32)
+        except (OSError, EOFError, ValueError, zlib.error) as exc:
+            raise ValueError(f"{path}: cannot read its voxel data ({type(exc).__name__}: {exc})") from exc
+        if array.ndim == 4 and array.shape[3] == 1:
+            array = array[..., 0]
+    spacing = tuple(float(v) for v in nib.affines.voxel_sizes(affine))  # of the file's array axes
+    return VolumeFile(path, role, array, (spacing[0], spacing[1], spacing[2]), {"affine": affine})
+
+
+def _write_nifti_label(path: Path, label: np.ndarray, source: VolumeFile) -> None:
+    from tasks.medseg.nifti_geometry import save_label
+
+    if label.shape != source.array.shape[-3:]:
+        raise ValueError(f"a prediction {label.shape} for {source.path} must be on its grid {source.array.shape}")
+    save_label(path, label, source.meta["affine"])
+
+
 # file ending -> reader(path, role) / writer(path, label volume, the input it was predicted from)
-READERS: dict[str, Callable[[Path, str], VolumeFile]] = {".h5": _read_h5_volume, ".npz": _read_npz_volume}
-WRITERS: dict[str, Callable[[Path, np.ndarray, VolumeFile], None]] = {".h5": _write_h5_label,
-                                                                      ".npz": _write_npz_label}
+READERS: dict[str, Callable[[Path, str], VolumeFile]] = {".h5": _read_h5_volume, ".npz": _read_npz_volume,
+                                                         ".nii": _read_nifti_volume, ".nii.gz": _read_nifti_volume}
+WRITERS: dict[str, Callable[[Path, np.ndarray, VolumeFile], None]] = {
+    ".h5": _write_h5_label, ".npz": _write_npz_label, ".nii": _write_nifti_label, ".nii.gz": _write_nifti_label}
+NIFTI_FORMATS = (".nii", ".nii.gz")
 
 
 def volume_format(path: Path) -> str | None:
@@ -98,7 +132,7 @@ def find_volumes(inputs: Sequence[str | Path]) -> list[Path]:
         if not path.exists():
             raise FileNotFoundError(f"input {path} does not exist")
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and volume_format(p))
+            found = sorted(p for p in path.iterdir() if p.is_file() and volume_format(p) and not p.name.startswith("."))
             if not found:
                 folders = sorted(p.name + "/" for p in path.iterdir() if p.is_dir())[:5]
                 hint = f" (it has the folders {', '.join(folders)}: give one of them)" if folders else ""
