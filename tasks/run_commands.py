@@ -38,6 +38,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tasks.evaluate import evaluate_run
     from tasks.report import summary_lines
 
+    if args.pred is not None or args.labels is not None or args.run == "medseg":
+        return _evaluate_folders(args)
     run = _load(args)
     metrics, out = evaluate_run(run, args.data, args.split, args.out)
     lines = summary_lines({"task": run.task.name, "variant": run.variant, "epochs": 0, "train_seconds": 0,
@@ -45,6 +47,19 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                            "main_metric": run.task.main_metric, "best_valid": float("nan"), "final": metrics})
     print("\n".join(lines[2:]) if len(lines) > 2 else "no test metrics")
     print(f"outputs in {out}/ (metrics.json, report.md, predictions/)")
+    return 0
+
+
+def _evaluate_folders(args: argparse.Namespace) -> int:
+    """``zoo evaluate medseg --pred DIR --labels DIR``: two folders of label maps, no run."""
+    if args.run != "medseg" or args.pred is None or args.labels is None:
+        raise ValueError("score two folders of NIfTI label maps with `zoo evaluate medseg --pred DIR --labels DIR`; "
+                         "to re-score a run, give its folder: `zoo evaluate RUN`")
+    from tasks.medseg.folder_eval import score_folders
+
+    _, out, lines = score_folders(args.pred, args.labels, args.dataset_json, args.out, chill=args.chill)
+    print("\n".join(lines))
+    print(f"outputs in {out}/ (summary.json: nnU-Net's; metrics.json: both HD95 conventions)")
     return 0
 
 
@@ -84,11 +99,18 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help="re-score a finished run on a split of its data or of another folder")
+    p = sub.add_parser("evaluate", help="re-score a finished run on a split of its data or of another folder; "
+                       "`zoo evaluate medseg --pred DIR --labels DIR` scores two folders of label maps")
     _run_arguments(p)
     p.add_argument("--data", default=None, help="a compatible data folder (default: the run's own data)")
     p.add_argument("--split", default=None, help="the split to score (default: the task's test splits)")
-    p.add_argument("--out", default=None, help="output folder (default: RUN/evaluations/<data>-<split>)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/evaluations/<data>-<split>; with "
+                   "--pred: the --pred folder)")
+    p.add_argument("--pred", default=None, metavar="DIR", help="medseg: a folder of predicted NIfTI label maps")
+    p.add_argument("--labels", default=None, metavar="DIR", help="medseg: the reference label maps (same names)")
+    p.add_argument("--dataset-json", default=None, metavar="FILE", help="medseg: dataset.json naming the classes "
+                   "(default: the labels' own, else the label values found)")
+    p.add_argument("--chill", action="store_true", help="medseg: allow references that have no prediction")
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("predict", help="use a finished run on new inputs: sentences, images or volumes")
