@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tasks.run_commands import add_run_commands
 
     add_run_commands(sub)
+    from tasks.cv import add_cv_command
+
+    add_cv_command(sub)
     from tasks.lab.cli import add_lab_command
 
     add_lab_command(sub)

@@ -1,0 +1,241 @@
+"""Cross-validation of the medseg task: ``zoo cv medseg --data DIR --folds 5 [train options]``.
+
+Every fold ``k`` is an ordinary training run in ``OUT/fold_k`` (the shared :class:`~tasks.trainer.Trainer`:
+checkpoints, report, run.json, per-case records), trained on the other folds' cases and validated on fold ``k``'s.
+The folds are nnU-Net's (sorted case names, KFold seed 12345) unless a ``splits_final.json`` in the data folder, in
+``OUT`` or given by ``--splits`` says otherwise; ``OUT/splits_final.json`` holds the folds used, and every fold run
+reads it. A rerun skips each fold that finished (its ``metrics.json`` covers the epochs asked for, with the same
+settings), resumes a fold that stopped after a checkpoint, and trains the others.
+
+The cross-validation's figure is each fold's validation score (its ``valid`` split; for data without a labelled
+test split the fold's ``test`` split, which then is the validation cases). Written to ``OUT``:
+
+- ``cv.json``: per fold its validation cases and Dice / HD95 (both conventions, per class), then over the folds the
+  mean, the sample standard deviation, the minimum and the maximum of each;
+- ``report.md``: the same as tables;
+- ``crossval_summary.json`` (NIfTI data): nnU-Net's ``summary.json`` over the validation cases of every fold
+  together, in the original geometry, as nnU-Net's ``crossval_results`` folder holds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tasks.config import check_folder, config_differences
+from tasks.medseg.data import load_medseg
+from tasks.medseg.folds import SPLITS_FILE, resolve_folds, write_splits
+from tasks.medseg.metrics import CONVENTIONS
+from tasks.medseg.nnunet_eval import aggregate, summary_lines, write_summary_json
+from tasks.medseg.task import MedsegConfig, MedsegTask, nifti_options
+from tasks.report import markdown_table
+
+log = logging.getLogger(__name__)
+
+CV_FILE = "cv.json"
+POOLED_FILE = "crossval_summary.json"
+HEADLINE = ("dice", "hd95", "dice_mm", "hd95_mm", "nnunet_dice")
+
+
+def cv_out_dir(config: MedsegConfig) -> Path:
+    """``--out``, else ``runs/cv-medseg-<variant>``."""
+    return Path(config.out) if config.out else Path("runs") / f"cv-medseg-{config.variant}"
+
+
+def cross_validate(config: MedsegConfig) -> tuple[dict[str, Any], list[str]]:
+    """Train (or reuse) every fold asked for (``config.fold``: all when None or ``"all"``); returns (the cv.json
+    dict, summary lines to print)."""
+    from tasks.trainer import Trainer
+
+    out = cv_out_dir(config)
+    check_folder("--out", out, "a new folder, or the folder of an earlier `zoo cv`")
+    if (out / "run.json").is_file():
+        raise ValueError(f"--out {out} holds a training run (run.json); zoo cv writes one run per fold under "
+                         "OUT/fold_k: give another folder")
+    if config.data is not None:
+        check_folder("--data", Path(config.data), "the folder that holds the dataset")
+    cases, source, class_names = _training_cases(config)
+    folds, origin = resolve_folds(cases, config.folds, config.splits, folders=(source, out))
+    splits = out / SPLITS_FILE
+    if origin is None or origin.resolve() != splits.resolve():
+        write_splits(splits, folds)
+    wanted = list(range(config.folds)) if config.fold_index is None else [config.fold_index]
+    results, skipped = [], []
+    for k in wanted:
+        fold_config = dataclasses.replace(config, fold=str(k), splits=str(splits), out=str(out / f"fold_{k}"),
+                                          resume=False)
+        state = fold_state(fold_config)
+        if state == "done":
+            log.info("fold %d: finished in %s, not retrained", k, fold_config.out)
+            metrics = json.loads((Path(fold_config.out) / "metrics.json").read_text())
+            skipped.append(k)
+        else:
+            log.info("fold %d of %d: %s %s", k, config.folds, "resuming" if state == "partial" else "training",
+                     fold_config.out)
+            metrics = Trainer(MedsegTask, dataclasses.replace(fold_config, resume=state == "partial")).fit()
+        results.append(fold_result(k, folds[k]["val"], Path(fold_config.out), metrics))
+    summary = {"task": "medseg", "variant": config.variant, "data": source, "folds": config.folds,
+               "splits": str(splits), "class_names": class_names, "trained": [k for k in wanted if k not in skipped],
+               "skipped": skipped, "per_fold": results, "over_folds": over_folds(results, class_names)}
+    pooled = pooled_summary(results, len(class_names))
+    if pooled is not None:
+        write_summary_json(pooled, out / POOLED_FILE)
+        summary["pooled_nnunet_dice"] = _finite(pooled["foreground_mean"]["Dice"])
+    (out / CV_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    lines = report_lines(summary, pooled)
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    return summary, _printed(summary, out)
+
+
+def _training_cases(config: MedsegConfig) -> tuple[list[str], str, list[str]]:
+    """(training case names, the data folder, class names), from the data as a fold run reads it (a NIfTI folder's
+    cases land in the cache, so that the fold runs read them from there)."""
+    data = load_medseg(config.data, config.dataset, **nifti_options(config))
+    if data.valid:
+        raise ValueError(f"{data.source} has its own validation split ({len(data.valid)} cases); cross-validation "
+                         "splits the training cases of layouts without one")
+    return [v.case for v in data.train], data.source, list(data.class_names)
+
+
+def fold_state(config: MedsegConfig) -> str:
+    """``"done"`` (finished with these settings), ``"partial"`` (a checkpoint to resume) or ``"new"``.
+
+    Raises:
+        ValueError: the fold's folder holds a run trained with other settings.
+    """
+    folder = Path(config.out)
+    if not (folder / "checkpoints" / "last.pt").is_file():
+        return "new"
+    saved = json.loads((folder / "config.json").read_text())
+    changed = config_differences(saved, config.to_dict())
+    if changed:
+        what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:4])
+        raise ValueError(f"{folder} was trained with other settings ({what}); give zoo cv another --out, or the "
+                         "settings it was trained with")
+    metrics = folder / "metrics.json"
+    if metrics.is_file() and json.loads(metrics.read_text()).get("epochs", 0) >= config.epochs:
+        return "done"
+    return "partial"
+
+
+def fold_result(k: int, val: list[str], folder: Path, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One fold's validation figures from its training summary (``metrics.json``)."""
+    final = metrics["final"]
+    split = "valid" if "valid" in final else "test"
+    scores = final[split]
+    result = {"fold": k, "folder": str(folder), "split": split, "val": list(val),
+              **{m: scores.get(m) for m in HEADLINE},
+              "classes": {c: {row["organ"]: {"dice": row["dice"], "hd95": row["hd95"]}
+                              for row in scores["conventions"][c]["organs"]} for c in CONVENTIONS}}
+    summary = folder / "predictions" / split / "summary.json"
+    result["summary_json"] = str(summary) if summary.is_file() else None
+    if split == "valid":
+        result["test"] = {m: final["test"].get(m) for m in HEADLINE}
+    return result
+
+
+def spread(values: list[float | None]) -> dict[str, Any]:
+    """Mean, sample standard deviation (0 for one value), min and max of the finite values, and the values."""
+    kept = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not kept:
+        return {"mean": None, "sd": None, "min": None, "max": None, "values": values}
+    sd = float(np.std(kept, ddof=1)) if len(kept) > 1 else 0.0
+    return {"mean": float(np.mean(kept)), "sd": sd, "min": min(kept), "max": max(kept), "values": values}
+
+
+def over_folds(results: list[dict[str, Any]], class_names: list[str]) -> dict[str, Any]:
+    """Each headline metric, and each class's Dice and HD95 per convention, over the folds (:func:`spread`)."""
+    summary: dict[str, Any] = {m: spread([r[m] for r in results]) for m in HEADLINE}
+    summary["classes"] = {c: {name: {metric: spread([r["classes"][c].get(name, {}).get(metric) for r in results])
+                                     for metric in ("dice", "hd95")} for name in class_names[1:]}
+                          for c in CONVENTIONS}
+    return summary
+
+
+def pooled_summary(results: list[dict[str, Any]], num_classes: int) -> dict | None:
+    """nnU-Net's summary over every fold's validation cases together (from each fold's summary.json), or None when
+    a fold has none (data that is not NIfTI)."""
+    if not results or any(r["summary_json"] is None for r in results):
+        return None
+    per_case = []
+    for r in results:
+        for case in json.loads(Path(r["summary_json"]).read_text())["metric_per_case"]:
+            per_case.append({**case, "metrics": {int(k): v for k, v in case["metrics"].items()}})
+    return aggregate(per_case, list(range(1, num_classes)))
+
+
+def report_lines(summary: dict[str, Any], pooled: dict | None) -> list[str]:
+    """report.md of the cross-validation."""
+    over, names = summary["over_folds"], summary["class_names"]
+    lines = [f"# medseg · {summary['variant']} · {summary['folds']}-fold cross-validation", "",
+             f"- **data**: {summary['data']}", f"- **folds**: {summary['splits']} (nnU-Net's splits_final.json)",
+             f"- **trained now**: {summary['trained'] or 'none'}; **finished before, reused**: "
+             f"{summary['skipped'] or 'none'}", "",
+             "Each fold is scored on its validation cases (Dice %, HD95 in the papers' convention (voxels) and in "
+             "mm, nnU-Net's Dice in the original geometry); mean ± sample SD over the folds.", "",
+             "## Per fold", ""]
+    rows = [{"fold": r["fold"], "validation cases": len(r["val"]), "Dice %": _pct(r["dice"]), "HD95": _two(r["hd95"]),
+             "Dice % (mm)": _pct(r["dice_mm"]), "HD95 mm": _two(r["hd95_mm"]), "nnU-Net Dice": _four(r["nnunet_dice"]),
+             "run": r["folder"]} for r in summary["per_fold"]]
+    rows.append({"fold": "mean ± SD", "validation cases": sum(len(r["val"]) for r in summary["per_fold"]),
+                 "Dice %": _pm(over["dice"], 100), "HD95": _pm(over["hd95"]), "Dice % (mm)": _pm(over["dice_mm"], 100),
+                 "HD95 mm": _pm(over["hd95_mm"]), "nnU-Net Dice": _pm(over["nnunet_dice"], 1, 4), "run": ""})
+    lines += [markdown_table(rows), ""]
+    for convention in CONVENTIONS:
+        unit = "voxels" if convention == "papers" else "mm"
+        lines += [f"## Per class, {convention} convention (HD95 in {unit})", ""]
+        class_rows = []
+        for name in names[1:]:
+            scores = over["classes"][convention][name]
+            row = {"class": name}
+            row.update({f"fold {r['fold']} Dice %": _pct(v) for r, v in zip(summary["per_fold"],
+                                                                            scores["dice"]["values"])})
+            row.update({"Dice % mean ± SD": _pm(scores["dice"], 100), "HD95 mean ± SD": _pm(scores["hd95"])})
+            class_rows.append(row)
+        lines += [markdown_table(class_rows), ""]
+    if pooled is not None:
+        lines += ["## nnU-Net's evaluation over all validation cases", "",
+                  f"Every fold's validation predictions together, in the original geometry: `{POOLED_FILE}`.", "",
+                  *summary_lines(pooled, names), ""]
+    return lines
+
+
+def _printed(summary: dict[str, Any], out: Path) -> list[str]:
+    over = summary["over_folds"]
+    lines = [f"{summary['folds']}-fold cross-validation of {summary['variant']} on {summary['data']}: trained folds "
+             f"{summary['trained'] or 'none'}, reused {summary['skipped'] or 'none'}"]
+    for r in summary["per_fold"]:
+        lines.append(f"fold {r['fold']}: Dice {_pct(r['dice'])} %, HD95 {_two(r['hd95'])} ({len(r['val'])} "
+                     f"validation cases)")
+    lines.append(f"over folds: Dice {_pm(over['dice'], 100)} %, HD95 {_pm(over['hd95'])} (papers' convention); "
+                 f"Dice {_pm(over['dice_mm'], 100)} %, HD95 {_pm(over['hd95_mm'])} mm")
+    lines.append(f"outputs in {out}/ (report.md, cv.json, splits_final.json, fold_k/)")
+    return lines
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"
+
+
+def _two(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _four(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
+def _pm(stats: dict[str, Any], scale: float = 1.0, digits: int = 2) -> str:
+    if stats["mean"] is None:
+        return "–"
+    return f"{scale * stats['mean']:.{digits}f} ± {scale * stats['sd']:.{digits}f}"
