@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 # --option -> the tasks that take it (besides the shared --out, --device, --checkpoint, --batch-size)
 PREDICT_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -38,7 +39,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tasks.evaluate import evaluate_run
     from tasks.report import summary_lines
 
-    if args.pred is not None or args.labels is not None or args.run == "medseg":
+    if args.pred is not None or args.labels is not None or (args.run == "medseg" and not Path(args.run).is_dir()):
         return _evaluate_folders(args)
     run = _load(args)
     metrics, out = evaluate_run(run, args.data, args.split, args.out)
@@ -116,7 +117,7 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="use a finished run on new inputs: sentences, images or volumes")
     _run_arguments(p)
     p.add_argument("inputs", nargs="*", help="translation: text files (default: standard input); cifar: image files "
-                   "or folders; medseg: volume files or folders")
+                   "or folders; medseg: volume files (.h5, .npz; .nii/.nii.gz for runs trained on NIfTI) or folders")
     p.add_argument("--out", default=None, help="output file (translation: default standard output; cifar: a CSV, "
                    "default predictions.csv) or folder (medseg: default predictions/)")
     p.add_argument("--batch-size", type=int, default=None, help="inputs per forward pass")
