@@ -8,7 +8,9 @@ measured number and, when it fails, the reason:
   parameter gets a finite gradient (from a random projection of the outputs plus any auxiliary losses);
 * ``changes`` — the declared changed parts equal the measured ones: the parts whose module types or parameter
   counts differ from the classic counterpart (the config with every change reverted), as ``zoo diff``
-  measures them;
+  measures them; and no change hides where that comparison cannot see it: in a choice of the presets that
+  no change reverts (:func:`hidden_choices`), or in a builder of the variant's own that, given the classic
+  config, builds other modules than the builder of the model it patches (:func:`base_registration`);
 * ``revert NAME`` — one per change: reverting it alone moves its part (it is not a no-op), alters the module
   types or parameters of no part outside those it declares (its own, and those it ``resizes`` or is
   ``also_in``), and brings back the classic counterpart's own module types at its part (sizes may differ
@@ -33,6 +35,7 @@ within :data:`RTOL` of the largest output (float32 rounding, the policy of ``tes
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections import Counter
@@ -49,7 +52,7 @@ from core.parts import PARTS, module_parts, parameters_by_part, part_of
 from core.sidechannels import AuxiliaryLosses, active_parameters
 from zoo import probes
 from zoo.delta import TASK_SHAPES, flops_by_part, module_flops, resolve, structure_by_part
-from zoo.registry import Change, Variant, tasks_of
+from zoo.registry import Change, Variant, list_variants, registrations, tasks_of
 
 RTOL = 1e-5  # float32 rounding, relative to the largest output (at least 1)
 EXAMPLE_BATCH = 2
@@ -144,6 +147,34 @@ def _describe(a: Anatomy, b: Anatomy, part: str, own: bool = False) -> str:
     return f"{part}: parameters {a.params[part]:,} → {b.params[part]:,}"
 
 
+def hidden_choices(variant: Variant, classic_config: Any) -> list[str]:
+    """Choices (str, bool and option-dict fields) of the classic counterpart that differ from the config class's
+    defaults although no change reverts them: a change made in the presets or base overrides, which the
+    counterpart would share with the variant, so that no measurement of the two could see it."""
+    reverted = {key for change in variant.changes for key in change.revert}
+    found = []
+    for f in dataclasses.fields(classic_config):
+        if f.name in reverted or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        value = getattr(classic_config, f.name)
+        if isinstance(default, (str, bool, dict)) and value != default:
+            owner = type(classic_config).__name__
+            found.append(f"{f.name}={value!r} in the variant and its classic counterpart ({owner}'s default: "
+                         f"{default!r}), reverted by no change")
+    return found
+
+
+def base_registration(variant: Variant) -> Variant | None:
+    """The first registration, of another name, whose config class is (a base of) ``variant``'s and whose builder
+    differs: the model ``variant`` patches, whose builder must build the same from the classic config."""
+    for name in list_variants():
+        for other in registrations(name):
+            if other.name != variant.name and issubclass(variant.config_class, other.config_class):
+                return other if other.build is not variant.build else None
+    return None
+
+
 def _reach(change: Change) -> tuple[str, ...]:
     """The parts a change may alter: its own, and those it declares it resizes or also changes."""
     return getattr(change, "parts", (change.part,))  # Change.parts: own part, then resizes and also_in
@@ -226,6 +257,15 @@ class _Preset:
                     if p not in reached]
         problems += [f"{p} is declared but measures the same as the classic counterpart"
                      for p in variant.parts_changed if p not in measured]
+        classic_config = self.config_with(variant.classic_overrides())
+        problems += [f"hidden change: {choice}" for choice in hidden_choices(variant, classic_config)]
+        base = base_registration(variant)
+        if base is not None:  # a builder of its own must build the base's model from the classic config
+            theirs = _anatomy_of(base, classic_config)
+            builder = getattr(variant.build, "__qualname__", repr(variant.build))
+            problems += [f"undeclared change at {_describe(theirs, self.classic, p)}, made by the builder {builder} "
+                         f"(from the classic config, {base.name}'s builder builds the former)"
+                         for p in PARTS if theirs.types[p] != self.classic.types[p]]
         rows = [self.row("changes", not problems, ", ".join(measured) or "none", "; ".join(problems))]
         return rows + [self.revert(change) for change in variant.changes]
 

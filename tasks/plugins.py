@@ -188,6 +188,18 @@ def load_user_dir(folder: str | os.PathLike, origin: str = "--user-dir") -> list
     return [_import_registering(name, file, root, f"{origin} {folder}") for name, file in modules]
 
 
+def _distribution_root(module: str) -> Path | None:
+    """The folder of an entry point's top-level package, or its module file: where its own frames lie."""
+    try:
+        spec = importlib.util.find_spec(module.partition(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    origin = Path(spec.origin).resolve()
+    return origin.parent if spec.submodule_search_locations else origin
+
+
 _CALLED: set[str] = set()  # callable entry points already run in this process (a second call would re-register)
 
 
@@ -206,7 +218,9 @@ def load_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Loaded]:
         except PluginError:
             raise
         except Exception as error:
-            raise PluginError(f"plugin {source} ({_where_it_failed(error, None, 'file unknown')}): failed to load "
+            root = _distribution_root(point.module)
+            where = _where_it_failed(error, root, str(root) if root else "file unknown")
+            raise PluginError(f"plugin {source} ({where}): failed to load "
                               f"({type(error).__name__}: {' '.join(str(error).split())})") from error
         module = sys.modules.get(point.module)
         loaded.append(_check_new(before, source, None, getattr(module, "__file__", None) or source))

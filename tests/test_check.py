@@ -1,0 +1,181 @@
+"""``zoo check``: every built-in variant passes the conformance suite, and deliberately broken plugins fail it on
+the right row (a kernel that ignores the causal mask, an undeclared change, a parameter without gradient, a revert
+that leaves the variant's module in place or reaches an undeclared part, a state dict that does not round-trip).
+
+The built-in variants' conformance is this one parametrised call: a new variant (or a new task of one) is
+checked without editing this file, at its smallest preset to stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import zoo
+from tasks.check import check_variant, render
+from tasks.cli import main
+from tasks.plugins import load_user_dir
+from tests.plugin_helpers import isolated_registry, variant_source, write_plugin
+from zoo import probes
+
+REGISTRATIONS = [(name, task) for name in zoo.list_variants() for task in dict.fromkeys(zoo.tasks_of(name))]
+
+
+@pytest.mark.parametrize("name, task", REGISTRATIONS, ids=[f"{n}-{t}" for n, t in REGISTRATIONS])
+def test_every_builtin_variant_is_a_fair_patch(name, task):
+    preset = probes.probe_preset(name, task)
+    (report,) = check_variant(name, task, [preset])
+    assert not report.failed, "\n" + render(report)
+    variant = zoo.get_variant(name, task)
+    expected = {"build", "forward", "backward", "changes", "batch (eval)", "save/load", "seed", "accounting",
+                *(f"revert {getattr(c, 'name', c.part)}" for c in variant.changes)}
+    if probes.is_autoregressive(variant.build(variant.config(preset))):
+        expected |= {"causal (train)", "causal (eval)", "padding", "kv cache"}
+    assert {r.check for r in report.rows if r.ok is not None} == expected
+
+
+# ------------------------------------------------------------------------- broken plugins fail the right row
+
+FFN_PRESETS = '{n: dict(v, ffn="mine") for n, v in PRESETS.items()}'
+FFN_CHANGE = 'Change("ffn", "dense", "mine", "a flaw", revert={"ffn": "dense"})'
+
+BROKEN = {
+    "peeking": dict(  # attends to later positions: is_causal dropped
+        presets='{n: dict(v, kernel="peeking") for n, v in PRESETS.items()}',
+        change='Change("attention", "softmax", "peeking", "a flaw", revert={"kernel": "sdpa"})',
+        extra='''
+        class PeekingAttention(ReferenceAttention):
+            def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+                return super().forward(q, k, v, mask, bias, False, need_weights)
+
+        register_kernel("peeking", PeekingAttention)
+        '''),
+    "undeclared": dict(  # declares the FFN, but its presets also swap every attention kernel
+        presets='{n: dict(v, ffn="mine", kernel="reference") for n, v in PRESETS.items()}', change=FFN_CHANGE,
+        extra='''
+        class MineFFN(PositionwiseFFN):
+            pass
+
+        register_ffn("mine", lambda d, f, a, p, layer: MineFFN(d, f, a, p))
+        '''),
+    "swapped": dict(  # declares the FFN, but its builder also swaps every attention kernel
+        presets=FFN_PRESETS, change=FFN_CHANGE, build="swapping",
+        extra='''
+        class SwappedFFN(PositionwiseFFN):
+            pass
+
+        register_ffn("mine", lambda d, f, a, p, layer: SwappedFFN(d, f, a, p))
+
+
+        def swapping(config):
+            model = Transformer(config)
+            for module in list(model.modules()):
+                for name, child in module.named_children():
+                    if type(child).__name__ == "ScaledDotProductAttention":
+                        setattr(module, name, ReferenceAttention())
+            return model
+        '''),
+    "idle": dict(  # a parameter the forward never uses
+        presets=FFN_PRESETS, change=FFN_CHANGE,
+        extra='''
+        class IdleFFN(PositionwiseFFN):
+            def __init__(self, *args):
+                super().__init__(*args)
+                self.unused = nn.Linear(4, 4)
+
+        register_ffn("mine", lambda d, f, a, p, layer: IdleFFN(d, f, a, p))
+        '''),
+    "stuck": dict(  # the revert names a field that does not pick the FFN
+        presets=FFN_PRESETS, change='Change("ffn", "dense", "mine", "a flaw", revert={"activation": "relu"})',
+        extra='''
+        class StuckFFN(PositionwiseFFN):
+            pass
+
+        register_ffn("mine", lambda d, f, a, p, layer: StuckFFN(d, f, a, p))
+        '''),
+    "reaching": dict(  # the revert also switches the norm placement
+        presets=FFN_PRESETS,
+        change='Change("ffn", "dense", "mine", "a flaw", revert={"ffn": "dense", "norm_first": True})',
+        extra='''
+        class ReachingFFN(PositionwiseFFN):
+            pass
+
+        register_ffn("mine", lambda d, f, a, p, layer: ReachingFFN(d, f, a, p))
+        '''),
+    "forgetful": dict(  # a random scale kept outside the state dict
+        presets=FFN_PRESETS, change=FFN_CHANGE,
+        extra='''
+        class ForgetfulFFN(PositionwiseFFN):
+            def __init__(self, *args):
+                super().__init__(*args)
+                self.register_buffer("scale", torch.rand(self.fc2.out_features) + 0.5, persistent=False)
+
+            def forward(self, x):
+                return super().forward(x) * self.scale
+
+        register_ffn("mine", lambda d, f, a, p, layer: ForgetfulFFN(d, f, a, p))
+        '''),
+}
+
+# broken plugin -> {row: the start of its reason}; every other applicable row must pass
+FAILS = {
+    "peeking": {"causal (train)": "earlier outputs move when later target tokens change",
+                "causal (eval)": "earlier outputs move", "kv cache": "cached decoding differs from recomputation"},
+    "undeclared": {"changes": "hidden change: kernel='reference' in the variant and its classic counterpart "
+                              "(TransformerConfig's default: 'sdpa'), reverted by no change"},
+    "swapped": {"changes": "undeclared change at attention: ScaledDotProductAttention×6 → Dropout×6, "
+                           "ReferenceAttention×6, made by the builder swapping"},
+    "idle": {"backward": "no gradient reaches 8 parameter(s): encoder.layers.0.ffn.unused.weight"},
+    "stuck": {"revert ffn": "{'activation': 'relu'} leaves the variant's modules at ffn in place (Dropout×4, Linear×8, "
+                            "ReLU×4, StuckFFN×4)",
+              "changes": "ffn is declared but measures the same as the classic counterpart"},
+    "reaching": {"revert ffn": "{'ffn': 'dense', 'norm_first': True} also changes norm: nothing → LayerNorm×2",
+                 "changes": "undeclared change at norm"},
+    "forgetful": {"save/load": "outputs after a safetensors and a state dict round trip differ"},
+}
+
+
+@pytest.fixture
+def broken(tmp_path):
+    # each plugin registers its FFN under its own name: two plugins may not register one name
+    sources = {f"{name}_plugin.py": variant_source(name, **{k: v.replace('"mine"', f'"{name}"')
+                                                            for k, v in spec.items()})
+               for name, spec in BROKEN.items()}
+    with isolated_registry():
+        for file, source in sources.items():
+            folder = write_plugin(tmp_path / file.removesuffix(".py"), {file: source})
+            load_user_dir(folder)
+        yield
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_a_broken_plugin_fails_the_right_row(name, broken):
+    (report,) = check_variant(name, "translation", ["tiny"])
+    failed = {r.check: r.reason for r in report.failed}
+    assert set(failed) == set(FAILS[name]), "\n" + render(report)
+    for check, reason in FAILS[name].items():
+        assert failed[check].startswith(reason), failed[check]
+    assert report.row("build").ok and report.row("forward").ok
+
+
+def test_the_command_prints_one_table_and_sets_the_exit_status(broken, capsys):
+    assert main(["check", "idle", "--preset", "tiny", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "tiny    backward        FAIL" in out and "idle on translation: 12/13 checks passed" in out
+    assert out.rstrip().endswith("FAIL (tiny/backward)")
+    assert main(["check", "pre-ln", "--preset", "tiny", "--format", "json", "--quiet"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["variant"] == "pre-ln" and report["task"] == "translation"
+    assert {r["result"] for r in report["rows"]} == {"PASS"} and report["rows"][0]["measured"] == "44,928 parameters"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["check", "pre-lnn"], "unknown variant 'pre-lnn'. Did you mean 'pre-ln'?"),
+    (["check", "pre-ln", "--preset", "tiyn"], "unknown preset of variant 'pre-ln' 'tiyn'. Did you mean 'tiny'?"),
+    (["check", "vit", "--task", "translation"], "variant 'vit' does not run on the translation task"),
+])
+def test_bad_arguments_get_one_line(argv, expected, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("zoo check: error: ") and expected in err[0]
