@@ -8,6 +8,7 @@ from torch.testing import assert_close
 
 import zoo
 from core.multihead import MultiHeadAttention
+from tests.numerics import REFERENCE_FP64, assert_close_fp64, float64
 from zoo.delta import module_flops
 from zoo.missformer import (
     BridgeLayout,
@@ -85,12 +86,13 @@ def test_resolution_agnostic_forward(preset, size):
     assert out.shape == (1, model.config.num_classes, height, width) and torch.isfinite(out).all()
 
 
+@float64()  # in float32 the two paths differ by up to 2.5e-5 on AVX-512 (1.2e-5 with AVX2) at outputs of 3.6
 def test_fast_attention_path_matches_the_reference_path():
     fast, reference = tiny(kernel="sdpa").eval(), tiny(kernel="reference").eval()
     reference.load_state_dict(fast.state_dict())
     x = torch.randn(2, 1, 64, 64)
     with torch.no_grad():
-        assert_close(fast(x), reference(x), atol=1e-5, rtol=1e-5)
+        assert_close_fp64(fast(x), reference(x), REFERENCE_FP64)
 
 
 def test_efficient_attention_reduces_keys_and_without_reduction_is_core_self_attention():
@@ -204,7 +206,8 @@ def test_official_state_dict_names_load_into_ours():
     assert names["decoder.stages.2.concat"] == "decoder_0.concat_linear"
     assert names["head.classifier"] == "decoder_0.last_layer"
     # an official-layout state dict written from one model loads into another and gives the same outputs
-    source, target = tiny(in_channels=3).eval(), tiny(in_channels=3, kernel="reference").eval()
+    # (the same kernel on both sides: only the mapping differs, so the outputs are the same computation)
+    source, target = tiny(in_channels=3).eval(), tiny(in_channels=3).eval()
     for p in target.parameters():
         torch.nn.init.zeros_(p)
     official = {"module.decoder_3.concat_linear.weight": torch.zeros(1)}  # never used by the official forward
@@ -219,7 +222,7 @@ def test_official_state_dict_names_load_into_ours():
     assert load_official_weights(target, official) == ["decoder_3.concat_linear.weight"]
     x = torch.randn(1, 1, 32, 32)
     with torch.no_grad():
-        assert_close(target(x), source(x), atol=1e-5, rtol=1e-5)
+        assert_close(target(x), source(x))
     with pytest.raises(ValueError, match="lacks"):
         load_official_weights(target, {})
     with pytest.raises(ValueError, match="official code has MISSFormer's own choices only"):

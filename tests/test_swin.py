@@ -7,6 +7,7 @@ from torch.testing import assert_close
 import zoo
 from core.attention import ReferenceAttention, ScaledDotProductAttention
 from core.multihead import MultiHeadAttention, record_attention
+from tests.numerics import REFERENCE_FP64, assert_close_fp64, float64
 from zoo.swin import (
     PRESETS,
     PatchMerging,
@@ -43,15 +44,15 @@ def our_model(config: SwinConfig, source: torch.nn.Module) -> SwinTransformer:
 
 
 @pytest.mark.parametrize("sizes", [SMALL, SHRINK], ids=["shifted-windows", "window-shrink"])
+@float64()
 def test_matches_timm_with_copied_weights(sizes):
     config = SwinConfig(**sizes)
     theirs = timm_model(config)
     ours = our_model(config, theirs)
     images = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
-        assert_close(ours(images), theirs(images), atol=2e-5, rtol=1e-4)
-        assert_close(ours.forward_features(images), theirs.forward_features(images).flatten(1, 2), atol=2e-5,
-                     rtol=1e-4)
+        assert_close_fp64(ours(images), theirs(images))
+        assert_close_fp64(ours.forward_features(images), theirs.forward_features(images).flatten(1, 2))
 
 
 def test_stage_geometry_follows_timm_window_rule():
@@ -131,20 +132,21 @@ def test_weights_cover_the_whole_map_and_reproduce_the_output():
 
 
 @pytest.mark.parametrize("shift", [0, 2])
+@float64()
 def test_reference_and_sdpa_kernels_agree(shift):
     torch.manual_seed(0)
     bias = RelativePositionBias(4, 2)
     ref = WindowAttention(8, 4, shift, bias, ReferenceAttention())
     fast = WindowAttention(8, 4, shift, bias, ScaledDotProductAttention())
     q, k, v = (torch.randn(2, 2, 64, 8) for _ in range(3))
-    assert_close(fast(q, k, v)[0], ref(q, k, v)[0], atol=1e-5, rtol=1e-5)
+    assert_close_fp64(fast(q, k, v)[0], ref(q, k, v)[0], REFERENCE_FP64)
     torch.manual_seed(0)
     model = SwinTransformer(SwinConfig(**SMALL, kernel="reference")).eval()
     fused = SwinTransformer(SwinConfig(**SMALL)).eval()
     fused.load_state_dict(model.state_dict())
     images = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        assert_close(fused(images), model(images), atol=1e-5, rtol=1e-5)
+        assert_close_fp64(fused(images), model(images), REFERENCE_FP64)
 
 
 REVERTS = [{}] + [change.revert for change in zoo.get_variant("swin").changes]

@@ -9,6 +9,7 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 
 import zoo
 from core.attention import ReferenceAttention, ScaledDotProductAttention
+from tests.numerics import REFERENCE_FP64, assert_close_fp64, float64
 from zoo.vit import (
     PRESETS,
     VisionTransformer,
@@ -44,6 +45,7 @@ def test_timm_kwargs_are_the_small_reference_config():
 
 
 @pytest.mark.parametrize("readout", ["cls", "mean"])
+@float64()
 def test_logits_equal_timm(readout):
     ours, peer = timm_pair(readout=readout)
     assert isinstance(peer.fc_norm, torch.nn.Identity)  # mean: the norm comes before pooling, as in ours
@@ -51,19 +53,20 @@ def test_logits_equal_timm(readout):
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in peer.parameters())
     x = images()
     with torch.no_grad():
-        torch.testing.assert_close(ours(x), peer(x))
+        assert_close_fp64(ours(x), peer(x))
 
 
+@float64()
 def test_features_and_intermediate_layers_equal_timm():
     ours, peer = timm_pair(depth=3)
     x = images()
     with torch.no_grad():
-        torch.testing.assert_close(ours.forward_features(x), peer.forward_features(x))  # (B, 1 + N, D)
+        assert_close_fp64(ours.forward_features(x), peer.forward_features(x))  # (B, 1 + N, D)
         layers = ours.forward_features(x, return_layers=[0, -1])
         theirs = peer.forward_intermediates(x, indices=[0, 2], output_fmt="NLC", intermediates_only=True)
     assert [tuple(t.shape) for t in layers] == [(3, 17, 32)] * 2
     for mine, ref in zip(layers, theirs):
-        torch.testing.assert_close(mine[:, 1:], ref)  # timm drops the [CLS] token from intermediates
+        assert_close_fp64(mine[:, 1:], ref)  # timm drops the [CLS] token from intermediates
 
 
 def test_load_timm_weights_rejects_other_architectures():
@@ -92,6 +95,7 @@ def test_resample_positions_equals_timm(grid, prefix):
     torch.testing.assert_close(ours, theirs)
 
 
+@float64()
 def test_other_image_sizes_equal_timm_dynamic_size():
     config = ViTConfig(**SMALL)
     peer = TimmViT(**timm_kwargs(config), dynamic_img_size=True).eval()
@@ -99,7 +103,7 @@ def test_other_image_sizes_equal_timm_dynamic_size():
     for height, width in ((48, 48), (16, 40)):
         x = torch.randn(2, 3, height, width)
         with torch.no_grad():
-            torch.testing.assert_close(ours(x), peer(x))
+            assert_close_fp64(ours(x), peer(x))
 
 
 def test_resize_image_makes_the_resampled_table_stick():
@@ -192,6 +196,7 @@ def test_drop_path_rates_increase_linearly_as_in_timm():
     torch.testing.assert_close(model(x), model(x))
 
 
+@float64()
 def test_reference_kernel_equals_sdpa_kernel():
     fused = VisionTransformer(ViTConfig(**SMALL)).eval()
     reference = VisionTransformer(ViTConfig(**SMALL, kernel="reference")).eval()
@@ -200,7 +205,7 @@ def test_reference_kernel_equals_sdpa_kernel():
     assert isinstance(reference.encoder.layers[0].self_attn.kernel, ReferenceAttention)
     x = images()
     with torch.no_grad():
-        torch.testing.assert_close(reference(x), fused(x))
+        assert_close_fp64(reference(x), fused(x), REFERENCE_FP64)
 
 
 # ------------------------------------------------------------------------------ registry and presets
