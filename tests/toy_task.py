@@ -19,6 +19,7 @@ class ToyConfig(TrainConfig):
     lr: float = 1e-2
     dropout: float = 0.2
     n_examples: int = 64
+    dtype: str = "float32"  # float64 where a test compares two ways of computing the same run
 
 
 class ToyTask(Task):
@@ -29,12 +30,15 @@ class ToyTask(Task):
 
     def setup(self) -> None:
         gen = torch.Generator().manual_seed(123)
-        self.x = torch.randn(self.config.n_examples, 4, generator=gen)
-        self.y = self.x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1 * torch.randn(self.config.n_examples, generator=gen)
+        x = torch.randn(self.config.n_examples, 4, generator=gen)
+        y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1 * torch.randn(self.config.n_examples, generator=gen)
+        dtype = getattr(torch, self.config.dtype)
+        self.x, self.y = x.to(dtype), y.to(dtype)
         self.calls = 0
 
     def build_model(self) -> nn.Module:
-        return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(self.config.dropout), nn.Linear(16, 1))
+        model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(self.config.dropout), nn.Linear(16, 1))
+        return model.to(getattr(torch, self.config.dtype))
 
     def make_scheduler(self, optimizer, total_steps):
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 4))
