@@ -4,6 +4,11 @@ A variant is a *patch* on the classic Transformer. It registers its name, its pa
 on, its config dataclass with named presets, a builder, and its declared changes: for each part of the
 classic design it touched, the classic choice, its own choice, the flaw it addresses, and whether the
 change is general or specific to a task.
+
+The declared changes are *independent*: each can be reverted alone (one ``zoo ablate`` row each), and
+reverting it alters parameters only in the parts it names (its own, and those it ``resizes`` or is
+``also_in``). What follows from a change (a part it widens) is declared inside that change, never as a
+change of its own, so no ablation row measures another change's consequence.
 """
 
 from __future__ import annotations
@@ -29,7 +34,34 @@ class Paper:
 
 @dataclass(frozen=True, eq=False)
 class Change:
-    """One changed part: what the classic model did, what the variant does, and why."""
+    """One independent change of a variant: the part, the classic choice, the variant's choice, and why.
+
+    Each change is one leave-one-out ablation row (``zoo ablate``: the variant with this change alone
+    reverted) and one step of the delta analysis's attribution (``zoo diff``). A change may reach past
+    its own part; it then says where and how, so that the story covers every part its revert alters:
+
+    Args:
+        part: the part it changes (:data:`core.parts.PARTS`).
+        classic, variant, flaw: the classic choice, the variant's choice, the flaw of the classic one.
+        scope: ``"general"`` or ``"task-specific"``.
+        revert: config overrides that restore the classic choice of this change alone. No two changes of
+            a variant may set the same field: a change whose revert is part of another's is not
+            independent (declare what it describes in that change's ``resizes`` or ``also_in``).
+        name: unique within the variant, default ``part``; the ablation row is labelled
+            ``"without <name>"``. Needed when a variant changes one part twice (MISSFormer's
+            ``hierarchy`` and ``bridge``, both ``stacking``).
+        resizes: ``{part: how}``, other parts whose *size* follows from this change while what they are
+            does not (Swin's hierarchy sets each stage's width, so attention, FFN, norms and the head grow
+            with it). Reverting the change alone changes their parameter counts. The delta analysis
+            applies a change before the changes of the parts it resizes, so those are measured at the
+            variant's sizes, and books the size difference to this change, as lines of its own. A
+            consequence of this kind is not a change of its own: it has no revert and no ablation row.
+        also_in: ``{part: how}``, other parts holding modules this same change replaces (MISSFormer's
+            context bridge, which the ``stacking`` part owns, has the efficient attention too).
+
+    ``parts`` is the change's own part, then those of ``resizes`` and ``also_in``: every part whose
+    parameters reverting this change alone may alter (``tests/test_delta_attribution.py`` checks it).
+    """
 
     part: str
     classic: str
@@ -37,16 +69,45 @@ class Change:
     flaw: str
     scope: str = "general"
     revert: dict[str, Any] = field(default_factory=dict)  # config overrides that restore the classic choice
+    name: str = ""  # default: the part
+    resizes: dict[str, str] = field(default_factory=dict)  # part -> how this change sets its size
+    also_in: dict[str, str] = field(default_factory=dict)  # part -> which of its modules this change replaces
 
     def __post_init__(self) -> None:
         check_part(self.part)
         if self.scope not in SCOPES:
             raise unknown_name("scope", self.scope, SCOPES)
+        if not isinstance(self.name, str):
+            raise TypeError(f"Change name must be a str, got {type(self.name).__name__} {self.name!r}")
+        object.__setattr__(self, "name", self.name or self.part)
+        for what in ("resizes", "also_in"):
+            reach = getattr(self, what)
+            if not isinstance(reach, dict):
+                raise TypeError(f"Change {what} must be a dict {{part: how}}, got {type(reach).__name__}")
+            for part, how in reach.items():
+                check_part(part)
+                if part == self.part:
+                    raise ValueError(f"change {self.name!r} lists its own part {part!r} in {what}; list only "
+                                     "the other parts it reaches")
+                if not isinstance(how, str) or not how:
+                    raise ValueError(f"change {self.name!r}: {what}[{part!r}] must say how, got {how!r}")
+        if set(self.resizes) & set(self.also_in):
+            raise ValueError(f"change {self.name!r} lists {sorted(set(self.resizes) & set(self.also_in))} in both "
+                             "resizes and also_in; a part is resized (same modules, other size) or also changed")
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """Its own part, then the parts it resizes, then those it also changes."""
+        return (self.part, *self.resizes, *self.also_in)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """A registered variant. ``build(config)`` returns the model; ``presets`` name config overrides."""
+    """A registered variant. ``build(config)`` returns the model; ``presets`` name config overrides.
+
+    ``changes`` are its independent changes (see :class:`Change`), in the order the story tells them;
+    :meth:`attribution_order` is the order the delta analysis applies them in.
+    """
 
     name: str
     paper: Paper
@@ -72,9 +133,71 @@ class Variant:
                 raise unknown_name(f"config field of {self.name!r} ({self.config_class.__name__})", key, known)
         return self.config_class(**{**self.presets[preset], **self.base_overrides, **overrides})
 
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.changes]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"variant {self.name!r} declares more than one change named {twice}; give each a "
+                             "unique name= (the ablation rows are labelled by it)")
+        fields_of: dict[str, str] = {}
+        for change in self.changes:
+            for key in change.revert:
+                if key in fields_of:
+                    raise ValueError(
+                        f"variant {self.name!r}: changes {fields_of[key]!r} and {change.name!r} both revert the "
+                        f"config field {key!r}, so neither can be reverted alone; merge them into one change "
+                        "and declare the dependent part in its resizes= (a size) or also_in= (other modules)"
+                    )
+                fields_of[key] = change.name
+        self.attribution_order()  # refuses a cycle of resizes
+
     @property
     def parts_changed(self) -> tuple[str, ...]:
+        """The parts the changes are declared on (each change's own part), in declaration order."""
         return tuple(dict.fromkeys(c.part for c in self.changes))
+
+    @property
+    def parts_reached(self) -> tuple[str, ...]:
+        """Every part a change reaches: ``parts_changed``, then the parts resized or also changed."""
+        return tuple(dict.fromkeys(p for c in self.changes for p in c.parts))
+
+    def independent_changes(self) -> tuple[Change, ...]:
+        """The changes that one leave-one-out row each reverts: all of ``changes``.
+
+        A part that changes only because another change did (the head that the hierarchy widens) is not a
+        change of its own: its cause declares it in ``resizes`` or ``also_in``, and reverting the cause
+        reverts it. Construction refuses two changes that revert the same config field.
+        """
+        return self.changes
+
+    def change(self, name: str) -> Change:
+        """The change called ``name``; unknown names get a "did you mean" error."""
+        for change in self.changes:
+            if change.name == name:
+                return change
+        raise unknown_name(f"change of variant {self.name!r}", name, [c.name for c in self.changes])
+
+    def attribution_order(self) -> tuple[Change, ...]:
+        """The changes in the order the delta analysis applies them to the classic model.
+
+        A change that resizes a part comes before the changes declared on that part, so those are measured
+        at the sizes it sets (Swin: the hierarchy, then window attention at each stage's width, then the
+        relative position table at the window's size). Changes that resize come as early as that allows
+        (they set the geometry the others work in: ViT's encoder-only read-out before its Pre-LN, which
+        would otherwise also add a norm to the decoder about to go); otherwise declaration order.
+        ValueError on a cycle.
+        """
+        pending, order = list(self.changes), []
+        while pending:
+            ready = [c for c in pending if not any(c.part in o.resizes for o in pending if o is not c)]
+            if not ready:
+                cycle = ", ".join(f"{c.name} resizes {sorted(c.resizes)}" for c in pending)
+                raise ValueError(f"variant {self.name!r}: the changes resize each other's parts in a cycle "
+                                 f"({cycle}); one of them must not list the other's part")
+            first = next((c for c in ready if c.resizes), ready[0])
+            order.append(first)
+            pending.remove(first)
+        return tuple(order)
 
     def classic_overrides(self, without: Change | None = None) -> dict[str, Any]:
         """Config overrides reverting every change (or only ``without``, when given) to the classic choice."""

@@ -30,6 +30,8 @@ CHANGES = (
         "LayerNorm (R = 8, 4, 2, 1 by stage), O(N²/R²)",
         "quadratic cost in the number of tokens: at 1/4 of a 224×224 image that is 3136² scores per head",
         revert={"spatial_reduction": False},
+        also_in={"stacking": "the context bridge's and the decoder's attention (modules the stacking part owns) "
+                             "reduce their keys and values too"},
     ),
     Change(
         "ffn",
@@ -37,6 +39,8 @@ CHANGES = (
         "ReMix-FFN: a GELU FFN whose hidden tokens pass a depth-wise 3×3 convolution with a skip and a LayerNorm",
         "a position-wise FFN sees no neighbours: no local context and, without position codes, no position",
         revert={"ffn": "dense", "activation": "relu"},
+        also_in={"stacking": "the FFNs of the context bridge and of the decoder's blocks (modules the stacking "
+                             "part owns) are ReMix-FFNs too"},
     ),
     Change(
         "stacking",
@@ -47,6 +51,12 @@ CHANGES = (
         "layer is costly",
         scope="task-specific",
         revert={"hierarchy": False},
+        name="hierarchy",
+        resizes={
+            "attention": "stage i's projections are widths[i] wide, with its own key/value reduction",
+            "ffn": "stage i's FFN is widths[i] wide",
+            "norm": "stage i's norms are widths[i] wide",
+        },
     ),
     Change(
         "stacking",
@@ -56,6 +66,7 @@ CHANGES = (
         "separate skips carry no cross-scale, global context into the decoder",
         scope="task-specific",
         revert={"bridge_depth": 0},
+        name="bridge",
     ),
     Change(
         "embedding",

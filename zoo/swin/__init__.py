@@ -26,6 +26,8 @@ CHANGES = (
         "softmax attention inside W×W windows, shifted by W/2 every other block (W-MSA / SW-MSA)",
         "quadratic cost in the number of tokens, prohibitive at the token counts of dense vision tasks",
         revert={"window_size": None},
+        resizes={"position": "the relative table spans the (2W−1)² offsets inside a window, not those of the "
+                             "whole map"},
     ),
     Change(
         "position",
@@ -41,15 +43,13 @@ CHANGES = (
         "single scale: no multi-scale feature maps for dense prediction, and every layer pays full resolution",
         scope="task-specific",
         revert={"hierarchy": False, "readout": "decoder"},
-    ),
-    Change(
-        "head",
-        "classifier on the model width D",
-        "classifier on the last stage's width 2^(S−1)·D, which the hierarchy makes wider",
-        "none of its own: it follows from the hierarchy, whose last stage the classifier reads (declared so that the "
-        "measured head difference is accounted for)",
-        scope="task-specific",
-        revert={"hierarchy": False},
+        resizes={
+            "attention": "stage i's projections are 2^(i−1)·D wide",
+            "ffn": "stage i's FFN is 2^(i−1)·D wide, its hidden layer 4× that",
+            "norm": "stage i's norms are 2^(i−1)·D wide",
+            "position": "stage i's relative tables hold one bias per head of that stage",
+            "head": "the classifier reads the last stage, 2^(S−1)·D wide",
+        },
     ),
     Change(
         "embedding",

@@ -54,6 +54,7 @@ CHANGES = (
         "encoder only; the class is read from a learned [CLS] token prepended to the patches (N + 1 tokens)",
         "classification needs one output, not a generated sequence: the decoder costs layers for nothing",
         revert={"readout": "decoder"},
+        resizes={"position": "the learned table has one more row, for the [CLS] token"},
     ),
 )
 
