@@ -11,6 +11,7 @@ from core.model import build_transformer
 from core.parts import PARTS
 from tasks.cli import main, variant_rows, variants_markdown
 from zoo.delta import TASK_SHAPES, flops_by_part, measure, module_flops
+from zoo.delta_report import render_markdown
 
 
 @pytest.mark.parametrize("name", zoo.list_variants())
@@ -19,7 +20,23 @@ def test_declared_changes_are_exactly_the_measured_ones(name):
         variant = zoo.get_variant(name, task)
         report = measure(name, task, memory=False)
         measured = {p["part"] for p in report["parts"] if p["measured_change"]}
-        assert measured == set(variant.parts_changed), (task, report["parts"])
+        assert measured == set(variant.parts_reached), (task, report["parts"])
+        # Each change is visible in its own part at the sizes the earlier changes set (so Swin's window
+        # attention must differ from global attention at the stage widths, not merely be wider), and no
+        # difference is booked to a part its change does not name.
+        lines = [line for p in report["parts"] for line in p["attribution"]]
+        for change in variant.changes:
+            own = [line for line in lines if line["change"] == change.name and line["kind"] == "own"]
+            assert any(line["structure"] != "same" or line["params"]["delta"] for line in own), (task, change.name)
+        assert not [line for line in lines if line["kind"] == "undeclared"], task
+        for p in report["parts"]:  # the lines are measured differences that add up to the part's difference
+            for key in ("params", "flops"):
+                assert sum(line[key]["delta"] for line in p["attribution"]) == p[key]["delta"], (task, p["part"])
+        text = render_markdown(report)  # a size set by another change is a line of its own, under that change
+        for p in report["parts"]:
+            for line in p["attribution"]:
+                if line["kind"] == "resized":
+                    assert f"| ↳ {p['part']}, resized by {line['change']} |" in text, (task, p["part"])
 
 
 @pytest.mark.parametrize("name", zoo.list_variants())
@@ -58,11 +75,17 @@ def test_classic_layer_parameters_and_flops_match_hand_formulas():
 def test_json_schema_is_stable():
     report = measure("rope", "translation", preset="tiny")
     assert set(report) == {"schema", "variant", "task", "preset", "input", "paper", "summary", "changes", "parts",
-                           "totals", "attention_growth", "conventions", "activation_bytes"}
-    assert report["schema"] == 1
+                           "totals", "attribution", "attention_growth", "conventions", "activation_bytes"}
+    assert report["schema"] == 2
+    assert set(report["changes"][0]) == {"name", "part", "classic", "variant", "flaw", "scope", "resizes", "also_in"}
     part = report["parts"][0]
-    assert set(part) == {"part", "declared", "measured_change", "flops_only", "structure", "removed", "added",
-                         "params", "flops"}
+    assert set(part) == {"part", "declared", "reached_by", "measured_change", "flops_only", "structure", "removed",
+                         "added", "params", "flops", "attribution", "at_variant_sizes"}
+    (line,) = part["attribution"]  # one change: its one line is the whole difference
+    assert line["change"] == "position" and line["kind"] == "own"
+    assert line["params"]["delta"] == part["params"]["delta"] and line["flops"]["delta"] == part["flops"]["delta"]
+    assert set(report["attribution"]) == {"method", "order", "changes"}
+    assert report["attribution"]["order"] == ["position"]
     assert set(part["params"]) == set(part["flops"]) == {"classic", "variant", "delta", "delta_pct"}
     assert part["removed"] == {"SinusoidalPosition": 1} and part["added"] == {"RotaryPosition": 1}
     growth = report["attention_growth"]["classic"]

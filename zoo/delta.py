@@ -11,7 +11,10 @@ compare per part (see :data:`core.parts.PARTS`):
   softmax and norms are not counted), and how attention FLOPs grow with sequence length;
 * activation memory of one training step: bytes of the tensors autograd saves for backward;
 * parameters one token uses (:func:`core.sidechannels.active_parameters`: a layer that offers
-  ``active_parameters()``, e.g. a mixture of experts, counts only what one token runs).
+  ``active_parameters()``, e.g. a mixture of experts, counts only what one token runs);
+* which change caused each difference (:mod:`zoo.delta_attribution`): the changes applied to the classic
+  model in turn, so that a part another change resizes (Swin's attention, widened by the hierarchy) is
+  compared at the variant's sizes, and the size difference is booked to the change that sets it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from core.attention import AttentionKernel
 from core.errors import unknown_name
 from core.parts import PARTS, module_parts, parameters_by_part
 from core.sidechannels import active_parameters
+from zoo.delta_attribution import METHOD, Snapshot, attribute, change_totals, cumulative_configs, lines_by_part
 from zoo.registry import Variant, get_variant
 
 
@@ -83,12 +87,18 @@ def resolve(name: str, task: str | None) -> tuple[Variant, str]:
     return get_variant(name, task), task
 
 
+def measured_at(variant: Variant, task: str, preset: str | None = None,
+                overrides: dict[str, Any] | None = None) -> tuple[str | None, dict[str, Any]]:
+    """The preset a task measures at (given, else the task's, else the variant's default) and its overrides."""
+    spec = TASK_SHAPES[task]
+    preset = preset or (spec.preset if spec.preset in variant.presets else None)
+    return preset, {**spec.config_overrides(spec.shape), **(overrides or {})}
+
+
 def build_pair(name: str, task: str | None = None, preset: str | None = None, **overrides: Any):
     """Build (variant model, classic counterpart, variant config, classic config) for a task."""
     variant, task = resolve(name, task)
-    spec = TASK_SHAPES[task]
-    preset = preset or (spec.preset if spec.preset in variant.presets else None)
-    overrides = {**spec.config_overrides(spec.shape), **overrides}
+    preset, overrides = measured_at(variant, task, preset, overrides)
     config = variant.config(preset, **overrides)
     classic_config = variant.config(preset, **{**overrides, **variant.classic_overrides()})
     torch.manual_seed(0)
@@ -133,6 +143,24 @@ def _split_flops(model: nn.Module, per_module: dict[str, int], total: int) -> tu
     parts["stacking"] += total - sum(parts.values())
     kernel = sum(per_module.get(n, 0) for n, m in model.named_modules() if isinstance(m, AttentionKernel))
     return parts, kernel
+
+
+def snapshot(model: nn.Module, variant: Variant, config: Any, task: str) -> Snapshot:
+    """Parameters, FLOPs at the task's size and module types per part of one built model."""
+    inputs = variant.example_input(config, TASK_SHAPES[task].for_config(config))
+    flops = _split_flops(model, *module_flops(model, inputs))[0]
+    return Snapshot(dict(parameters_by_part(model)), flops, structure_by_part(model))
+
+
+def attribute_steps(variant: Variant, task: str, preset: str | None, overrides: dict[str, Any],
+                ends: tuple[Snapshot, Snapshot]) -> list[dict[str, Any]]:
+    """The steps of :func:`zoo.delta_attribution.attribute` for a variant on a task; ``ends`` are the classic
+    model's and the variant's snapshots (measured already), so only the intermediate models are built."""
+    if not variant.changes:  # the classic base itself: nothing to attribute
+        return []
+    configs = cumulative_configs(variant, *measured_at(variant, task, preset, overrides))
+    middle = [snapshot(variant.build(c), variant, c, task) for c in configs[1:-1]]
+    return attribute(variant.attribution_order(), [ends[0], *middle, ends[1]])
 
 
 def activation_bytes(model: nn.Module, inputs: tuple) -> int:
@@ -183,17 +211,32 @@ def _pct(new: float, old: float) -> float | None:
     return None if old == 0 else 100.0 * (new - old) / old
 
 
+def _at_variant_sizes(lines: list[dict[str, Any]], params: int, flops: int) -> dict[str, Any]:
+    """A part's classic → variant numbers without the lines of the changes that resize it: the classic choice
+    at the variant's sizes, against the variant."""
+    own = [line for line in lines if line["kind"] != "resized"]
+    out = {}
+    for key, variant_value in (("params", params), ("flops", flops)):
+        classic = variant_value - sum(line[key]["delta"] for line in own)
+        out[key] = {"classic": classic, "variant": variant_value, "delta": variant_value - classic,
+                    "delta_pct": _pct(variant_value, classic)}
+    return out
+
+
 def measure(
     name: str,
     task: str | None = None,
     preset: str | None = None,
     memory: bool = True,
     overrides: dict[str, Any] | None = None,
+    attribution: bool = True,
 ) -> dict[str, Any]:
     """The full delta report of variant ``name`` on ``task`` as a JSON-ready dict.
 
     ``overrides`` change the variant's config (and the classic counterpart's alike), e.g. the vocabulary
-    size a training run really used.
+    size a training run really used. ``attribution=False`` skips building the intermediate models of
+    :mod:`zoo.delta_attribution` (one per change but the last), for callers that need only the totals:
+    every part's ``attribution`` is then empty and its ``at_variant_sizes`` is its classic → variant difference.
     """
     variant, task = resolve(name, task)
     model, classic, config, classic_config = build_pair(name, task, preset, **(overrides or {}))
@@ -204,6 +247,9 @@ def measure(
     params = (parameters_by_part(classic), parameters_by_part(model))
     profiles = (flop_profile(classic, variant, classic_config, task), flop_profile(model, variant, config, task))
     flops = (profiles[0]["by_part"], profiles[1]["by_part"])
+    ends = (Snapshot(params[0], flops[0], structure[0]), Snapshot(params[1], flops[1], structure[1]))
+    steps = attribute_steps(variant, task, preset, overrides or {}, ends) if attribution else []
+    lines = lines_by_part(steps)
     declared = set(variant.parts_changed)
     parts = []
     for part in PARTS:
@@ -215,11 +261,13 @@ def measure(
         # such a part is shown, marked "flops_only", but not counted as changed.
         changed = status != "same" or params[0][part] != params[1][part]
         flops_only = not changed and flops[0][part] != flops[1][part]
-        if not (changed or flops_only) and part not in declared:
+        reached_by = [c.name for c in variant.changes if part in c.parts and part != c.part]
+        if not (changed or flops_only) and part not in declared and not reached_by:
             continue
         parts.append({
             "part": part,
             "declared": part in declared,
+            "reached_by": reached_by,
             "measured_change": changed,
             "flops_only": flops_only,
             "structure": status,
@@ -229,6 +277,8 @@ def measure(
                        "delta": params[1][part] - params[0][part], "delta_pct": _pct(params[1][part], params[0][part])},
             "flops": {"classic": flops[0][part], "variant": flops[1][part],
                       "delta": flops[1][part] - flops[0][part], "delta_pct": _pct(flops[1][part], flops[0][part])},
+            "attribution": lines[part],
+            "at_variant_sizes": _at_variant_sizes(lines[part], params[1][part], flops[1][part]),
         })
     totals = {
         "params": {"classic": sum(params[0].values()), "variant": sum(params[1].values())},
@@ -236,17 +286,20 @@ def measure(
         "flops": {"classic": sum(flops[0].values()), "variant": sum(flops[1].values())},
     }
     report: dict[str, Any] = {
-        "schema": 1,
+        "schema": 2,
         "variant": name,
         "task": task,
         "preset": preset or spec.preset or variant.default_preset,
         "input": {**shape, "description": spec.description},
         "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
         "summary": variant.summary,
-        "changes": [{"part": c.part, "classic": c.classic, "variant": c.variant, "flaw": c.flaw, "scope": c.scope}
+        "changes": [{"name": c.name, "part": c.part, "classic": c.classic, "variant": c.variant, "flaw": c.flaw,
+                     "scope": c.scope, "resizes": dict(c.resizes), "also_in": dict(c.also_in)}
                     for c in variant.changes],
         "parts": parts,
         "totals": totals,
+        "attribution": {"method": METHOD, "order": [step["change"] for step in steps],
+                        "changes": change_totals(steps)},
         "attention_growth": {"classic": profiles[0]["growth"], "variant": profiles[1]["growth"]},
         "conventions": {"flops": FLOP_CONVENTION, "memory": MEMORY_CONVENTION},
     }
