@@ -96,13 +96,14 @@ BASES: dict[str, Base] = {
 }
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
+MAX_NAME = 30  # the written code stays within the 120-column lines
 
 
 def check_name(name: str) -> str:
     """Validate a new variant's name; returns its Python package name (``-`` becomes ``_``)."""
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or len(name) > MAX_NAME:
         raise ValueError(f"variant name {name!r} must be lowercase letters and digits, words joined by - or _, "
-                         "starting with a letter (e.g. 'relu2-ffn')")
+                         f"starting with a letter, at most {MAX_NAME} characters (e.g. 'relu2-ffn')")
     pkg = name.replace("-", "_")
     if keyword.iskeyword(pkg):
         raise ValueError(f"variant name {name!r} is a Python keyword; choose another")
@@ -159,6 +160,8 @@ def plan(name: str, on: str, part: str, out: Path) -> dict[Path, str]:
         default_preset=base.default_preset, build=base.build[1], example=base.example[1],
         classic_choice=base.classic[part], revert=json.dumps(revert), year=datetime.date.today().year,
         imports="\n".join(f"from {m} import {n}" for m, n in imports),
+        local_imports="\n".join(f"from {m} import {n}" for m, n in sorted(
+            [(".config", "CONFIG_CLASS, DEFAULT_PRESET, PRESETS"), (f".{hook.module_file}", factory)])),
         config_doc=doc,
         dist=f"{name}-zoo-plugin", out_name=str(out),
     )
