@@ -168,7 +168,19 @@ KERNELS: dict[str, type[AttentionKernel]] = {"sdpa": ScaledDotProductAttention, 
 
 
 def register_kernel(name: str, kernel_class: type[AttentionKernel]) -> None:
-    """Make a kernel available by name to every config (``kernel="name"``); variants call this at import."""
+    """Make an attention kernel available by name to every config with a ``kernel`` field (``kernel="name"``).
+
+    Part of the public registration API, with :func:`zoo.registry.register` and :func:`core.ffn.register_ffn`:
+    variants (``zoo/linear``) and plugins (:mod:`tasks.plugins`) call it when their module is imported.
+
+    Args:
+        name: the name configs select it by; registering a name again replaces the earlier kernel (plugins
+            are refused that: ``tasks.plugins`` keeps the existing one and names the plugin file).
+        kernel_class: a subclass of :class:`AttentionKernel` following its ``forward`` contract (bool ``mask``,
+            ``True`` = may attend, ``-inf`` before a softmax; ``bias`` added to the scores; ``is_causal``;
+            returns ``(out, weights or None)``), or of :class:`RecurrentKernel` to decode as an RNN.
+            :func:`build_kernel` constructs it as ``kernel_class(dropout=..., **kernel_options)``.
+    """
     KERNELS[name] = kernel_class
 
 

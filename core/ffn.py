@@ -63,11 +63,20 @@ FFN_TYPES: dict[str, FFNFactory] = {}
 
 
 def register_ffn(name: str, factory: FFNFactory) -> None:
-    """Make an FFN type available by name (``ffn="name"``).
+    """Make an FFN type available by name to every config with an ``ffn`` field (``ffn="name"``).
 
-    ``factory(d_model, d_ff, activation, dropout, layer, **options)`` returns the module for the
-    ``layer``-th layer of a stack, so a type can differ by depth (e.g. a mixture of experts in every
-    other layer).
+    Part of the public registration API, with :func:`zoo.registry.register` and
+    :func:`core.attention.register_kernel`: variants (``zoo/moe``) and plugins (:mod:`tasks.plugins`) call it
+    when their module is imported.
+
+    Args:
+        name: the name configs select it by; registering a name again replaces the earlier type (plugins
+            are refused that: ``tasks.plugins`` keeps the existing one and names the plugin file).
+        factory: ``factory(d_model, d_ff, activation, dropout, layer, **options)`` returns the module for the
+            ``layer``-th layer of a stack (counted from 0 in each stack), so a type can differ by depth (e.g.
+            a mixture of experts in every other layer); ``options`` are the config's ``ffn_options``. The
+            module maps ``(..., D) -> (..., D)``, is tagged ``zoo_part = "ffn"`` (subclassing
+            :class:`PositionwiseFFN` inherits it), and may declare ``takes_token_mask`` (see the module).
     """
     FFN_TYPES[name] = factory
 

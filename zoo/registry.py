@@ -213,6 +213,36 @@ _REGISTRY: dict[str, list[Variant]] = {}
 
 
 def register(variant: Variant) -> Variant:
+    """Add ``variant`` to the registry and return it: the public entry point of built-in and plugin variants alike.
+
+    Once registered, a variant is found by name everywhere: :func:`get_variant`, :func:`create`, ``zoo list``,
+    ``zoo diff``, ``zoo check``, ``zoo train TASK --variant NAME``, ``zoo compare``. Variants call it when their
+    module is imported, as ``zoo/vit/__init__.py`` does; a plugin does the same from a package that
+    ``--user-dir``, ``ZOO_USER_DIR`` or an entry point of ``transformer_zoo.variants`` imports
+    (:mod:`tasks.plugins`; ``zoo new-variant`` writes one)::
+
+        VARIANT = register(Variant(
+            name="swiglu", paper=Paper("GLU Variants Improve Transformer", 2020, "https://arxiv.org/abs/2002.05202"),
+            tasks=("translation",), config_class=TransformerConfig, presets=PRESETS, build=Transformer,
+            changes=(Change("ffn", "ReLU FFN", "SwiGLU", "why", revert={"ffn": "dense"}),),
+            example_input=token_inputs,
+        ))
+
+    What a registration promises, and ``zoo check`` measures: ``build(config)`` returns a module whose parts are
+    tagged (``zoo_part``, :mod:`core.parts`); ``changes`` declare every part where it differs from its classic
+    counterpart (its config with every ``revert`` applied), and each revert brings the classic modules of its
+    part back; ``example_input(config, shape)`` gives inputs of a task's size (``zoo.delta.TASK_SHAPES``).
+
+    Args:
+        variant: the variant; one name may be registered once per set of tasks (the same patch on the
+            encoder–decoder for translation and on ViT for images).
+
+    Returns:
+        ``variant``, so that a module can keep it: ``VARIANT = register(Variant(...))``.
+
+    Raises:
+        ValueError: the name is already registered for one of ``variant.tasks``.
+    """
     for other in _REGISTRY.get(variant.name, []):
         if set(other.tasks) & set(variant.tasks):
             raise ValueError(f"variant {variant.name!r} is already registered for {sorted(other.tasks)}")
