@@ -14,7 +14,9 @@ measured number and, when it fails, the reason:
 * ``revert NAME`` — one per change: reverting it alone moves its part (it is not a no-op), alters the module
   types or parameters of no part outside those it declares (its own, and those it ``resizes`` or is
   ``also_in``), and brings back the classic counterpart's own module types at its part (sizes may differ
-  where other changes set them; a part changed twice is reverted whole);
+  where other changes set them; a part changed twice is reverted whole). A change of the ``objective`` or
+  ``decoding`` part (:data:`PROCEDURES`: a loss, a generation procedure) need not show in the modules: its
+  revert must move a config field, and no module outside the parts it declares;
 * decoders (:func:`zoo.probes.is_autoregressive`): ``causal (train)`` / ``causal (eval)`` — later target
   tokens, changed or padded, leave earlier outputs bit-identical; ``padding`` — appended pads move no real
   position; ``batch (eval)`` — a sequence is bit-identical beside others of its shape, and equal to rounding
@@ -38,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,12 +49,25 @@ import torch
 from torch import Tensor, nn
 
 from core.errors import unknown_name
-from core.parts import PARTS, module_parts, parameters_by_part, part_of
+from core.parts import PARTS, parameters_by_part
 from core.sidechannels import AuxiliaryLosses, active_parameters
+from tasks.check_structure import (
+    anatomy,
+    anatomy_of,
+    base_registration,
+    build,
+    describe,
+    differs,
+    hidden_choices,
+    types_text,
+)
 from zoo import probes
-from zoo.delta import TASK_SHAPES, flops_by_part, module_flops, resolve, structure_by_part
-from zoo.registry import Change, Variant, list_variants, registrations, tasks_of
+from zoo.delta import TASK_SHAPES, flops_by_part, module_flops, resolve
+from zoo.registry import Change, Variant, tasks_of
 
+# Parts a change can make without a module of its own (a loss, a generation procedure): their changes move the
+# config, and are not expected to show in the module types (the revert row checks their fields instead).
+PROCEDURES = ("objective", "decoding")
 RTOL = 1e-5  # float32 rounding, relative to the largest output (at least 1)
 EXAMPLE_BATCH = 2
 
@@ -92,94 +106,6 @@ class Report:
         raise unknown_name("check", check, sorted({r.check for r in self.rows}))
 
 
-@dataclass(frozen=True)
-class Anatomy:
-    """A built model per part: module types (as ``zoo diff`` groups them: a module tagged ``stacking`` owns
-    its subtree), the types of the modules that are the part's *own* (tagged with it or inheriting it, not
-    modules of another part nested in a stacking subtree), and parameters."""
-
-    types: dict[str, Counter]
-    own: dict[str, Counter]
-    params: dict[str, int]
-
-
-def anatomy(model: nn.Module) -> Anatomy:
-    owner = module_parts(model)
-    tags: dict[str, str] = {}
-    own: dict[str, Counter] = {p: Counter() for p in PARTS}
-    for name, module in model.named_modules():
-        parent = name.rpartition(".")[0] if name else None
-        tags[name] = part_of(module) or (tags.get(parent, "stacking") if parent is not None else "stacking")
-        if name and tags[name] == owner[name]:
-            own[owner[name]][type(module).__name__] += 1
-    return Anatomy(structure_by_part(model), own, dict(parameters_by_part(model)))
-
-
-def _build(variant: Variant, config: Any, seed: int = 0, meta: bool = False) -> nn.Module:
-    torch.manual_seed(seed)
-    if meta:
-        with torch.device("meta"):  # shapes only, as zoo list and zoo params count
-            return variant.build(config)
-    return variant.build(config)
-
-
-def _anatomy_of(variant: Variant, config: Any) -> Anatomy:
-    """Anatomy of a build on the meta device (on the CPU where the build needs real tensors)."""
-    try:
-        return anatomy(_build(variant, config, meta=True))
-    except Exception:  # a build that computes with real values; the accounting row reports it
-        return anatomy(_build(variant, config))
-
-
-def _differs(a: Anatomy, b: Anatomy, part: str) -> bool:
-    return a.types[part] != b.types[part] or a.params[part] != b.params[part]
-
-
-def _types(c: Counter) -> str:
-    return ", ".join(f"{k}×{n}" for k, n in sorted(c.items())) or "nothing"
-
-
-def _describe(a: Anatomy, b: Anatomy, part: str, own: bool = False) -> str:
-    """What differs at ``part`` from ``a`` to ``b``: module types (the part's own ones), else parameters."""
-    x, y = (a.own[part], b.own[part]) if own else (a.types[part], b.types[part])
-    if x != y:
-        return f"{part}: {_types(x - y)} → {_types(y - x)}"
-    return f"{part}: parameters {a.params[part]:,} → {b.params[part]:,}"
-
-
-def hidden_choices(variant: Variant, classic_config: Any) -> list[str]:
-    """Choices (str, bool and option-dict fields) of the classic counterpart that differ from the config class's
-    defaults although no change reverts them: a change made in the presets or base overrides, which the
-    counterpart would share with the variant, so that no measurement of the two could see it."""
-    reverted = {key for change in variant.changes for key in change.revert}
-    found = []
-    for f in dataclasses.fields(classic_config):
-        if f.name in reverted or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        value = getattr(classic_config, f.name)
-        if isinstance(default, (str, bool, dict)) and value != default:
-            owner = type(classic_config).__name__
-            found.append(f"{f.name}={value!r} in the variant and its classic counterpart ({owner}'s default: "
-                         f"{default!r}), reverted by no change")
-    return found
-
-
-def base_registration(variant: Variant) -> Variant | None:
-    """The first registration, of another name, whose config class is (a base of) ``variant``'s and whose builder
-    differs: the model ``variant`` patches, whose builder must build the same from the classic config."""
-    for name in list_variants():
-        for other in registrations(name):
-            if other.name != variant.name and issubclass(variant.config_class, other.config_class):
-                return other if other.build is not variant.build else None
-    return None
-
-
-def _reach(change: Change) -> tuple[str, ...]:
-    """The parts a change may alter: its own, and those it declares it resizes or also changes."""
-    return getattr(change, "parts", (change.part,))  # Change.parts: own part, then resizes and also_in
-
-
 def _slice(inputs: tuple, n: int) -> tuple:
     return tuple(x[:n] if isinstance(x, Tensor) else x for x in inputs)
 
@@ -202,7 +128,7 @@ class _Preset:
         self.fixed = {**spec.config_overrides(spec.shape), **probes.quiet_overrides(variant.name, task)}
         self.config = variant.config(preset, **self.fixed)
         self.inputs = variant.example_input(self.config, {**spec.for_config(self.config), "batch": EXAMPLE_BATCH})
-        self.model = _build(variant, self.config)
+        self.model = build(variant, self.config)
 
     def row(self, check: str, ok: bool | None, measured: str = "", reason: str = "") -> Row:
         return Row(self.preset, check, ok, measured, "" if ok or ok is None else reason)
@@ -249,21 +175,21 @@ class _Preset:
 
     def changes(self) -> list[Row]:
         variant = self.variant
-        self.mine = _anatomy_of(variant, self.config)
-        self.classic = _anatomy_of(variant, self.config_with(variant.classic_overrides()))
-        measured = [p for p in PARTS if _differs(self.classic, self.mine, p)]
-        reached = {p for c in variant.changes for p in _reach(c)}
-        problems = [f"undeclared change at {_describe(self.classic, self.mine, p)}" for p in measured
+        self.mine = anatomy_of(variant, self.config)
+        self.classic = anatomy_of(variant, self.config_with(variant.classic_overrides()))
+        measured = [p for p in PARTS if differs(self.classic, self.mine, p)]
+        reached = {p for c in variant.changes for p in c.parts}
+        problems = [f"undeclared change at {describe(self.classic, self.mine, p)}" for p in measured
                     if p not in reached]
         problems += [f"{p} is declared but measures the same as the classic counterpart"
-                     for p in variant.parts_changed if p not in measured]
+                     for p in variant.parts_changed if p not in measured and p not in PROCEDURES]
         classic_config = self.config_with(variant.classic_overrides())
         problems += [f"hidden change: {choice}" for choice in hidden_choices(variant, classic_config)]
         base = base_registration(variant)
         if base is not None:  # a builder of its own must build the base's model from the classic config
-            theirs = _anatomy_of(base, classic_config)
+            theirs = anatomy_of(base, classic_config)
             builder = getattr(variant.build, "__qualname__", repr(variant.build))
-            problems += [f"undeclared change at {_describe(theirs, self.classic, p)}, made by the builder {builder} "
+            problems += [f"undeclared change at {describe(theirs, self.classic, p)}, made by the builder {builder} "
                          f"(from the classic config, {base.name}'s builder builds the former)"
                          for p in PARTS if theirs.types[p] != self.classic.types[p]]
         rows = [self.row("changes", not problems, ", ".join(measured) or "none", "; ".join(problems))]
@@ -272,28 +198,37 @@ class _Preset:
     def revert(self, change: Change) -> Row:
         """Revert ``change`` alone: it must move its part, alter nothing outside the parts it declares, and
         (with the other changes of its part) bring back the classic model's own module types there."""
-        check = f"revert {getattr(change, 'name', change.part)}"
+        check = f"revert {change.name}"
         if not change.revert:
             return self.row(check, False, "no revert", "the change declares no revert overrides")
-        alone = _anatomy_of(self.variant, self.config_with(change.revert))
-        moved = [p for p in PARTS if _differs(self.mine, alone, p)]
+        reverted = self.config_with(change.revert)
+        alone = anatomy_of(self.variant, reverted)
+        moved = [p for p in PARTS if differs(self.mine, alone, p)]
         measured = f"moves {', '.join(moved) or 'nothing'}"
+        if change.part in PROCEDURES:  # a loss or a generation procedure: it moves the config, not the modules
+            before, after = dataclasses.asdict(self.config), dataclasses.asdict(reverted)
+            moved_fields = [f"{k}: {before[k]!r} → {after[k]!r}" for k in change.revert if before[k] != after[k]]
+            outside = [p for p in moved if p not in change.parts]
+            measured = f"{'; '.join(moved_fields) or 'no field moves'}, {measured} among the modules"
+            return self.row(check, bool(moved_fields) and not outside, measured, (
+                f"{change.revert} already holds in the variant's config: it reverts nothing" if not moved_fields else
+                f"{change.revert} also changes " + "; ".join(describe(self.mine, alone, p) for p in outside)))
         if change.part not in moved:
             return self.row(check, False, measured, f"{change.revert} leaves the variant's modules at {change.part} "
-                            f"in place ({_types(self.mine.types[change.part])})")
-        outside = [p for p in moved if p not in _reach(change)]
+                            f"in place ({types_text(self.mine.types[change.part])})")
+        outside = [p for p in moved if p not in change.parts]
         if outside:
             return self.row(check, False, measured, f"{change.revert} also changes "
-                            + "; ".join(_describe(self.mine, alone, p) for p in outside)
+                            + "; ".join(describe(self.mine, alone, p) for p in outside)
                             + " (declare it in the change's resizes= or also_in=, or revert less)")
         together = alone
         same_part = [c for c in self.variant.changes if c.part == change.part]
         if len(same_part) > 1:  # one part changed twice (MISSFormer's hierarchy and bridge): revert both
             reverts = {k: v for c in same_part for k, v in c.revert.items()}
-            together = _anatomy_of(self.variant, self.config_with(reverts))
+            together = anatomy_of(self.variant, self.config_with(reverts))
         restored = together.own[change.part] == self.classic.own[change.part]
         return self.row(check, restored, measured, f"{change.revert} does not bring back the classic modules: "
-                        + _describe(self.classic, together, change.part, own=True))
+                        + describe(self.classic, together, change.part, own=True))
 
     # ---------------------------------------------------------------------------- behaviour probes
 
@@ -346,7 +281,7 @@ class _Preset:
         from tasks.run import WEIGHTS_FILE, load_weights
 
         reference = self.outputs(self.model)
-        other = _build(self.variant, self.config, seed=1)
+        other = build(self.variant, self.config, seed=1)
         initial = {k: v.clone() for k, v in other.state_dict().items()}
         drifts = {}
         with tempfile.TemporaryDirectory() as tmp:
@@ -363,7 +298,7 @@ class _Preset:
                          "non-persistent buffer drawn at random)?")]
 
     def seed(self) -> list[Row]:
-        twin = _build(self.variant, self.config, seed=0)
+        twin = build(self.variant, self.config, seed=0)
         same_build, drift = _same(self.outputs(twin), self.fresh_eval)
         train_a, train_b = self.outputs(twin, training=True), self.outputs(twin, training=True)
         same_train, train_drift = _same(train_a, train_b)
@@ -376,7 +311,7 @@ class _Preset:
         total = sum(p.numel() for p in self.model.parameters())
         real = anatomy(self.model)
         try:
-            meta = anatomy(_build(self.variant, self.config, meta=True))
+            meta = anatomy(build(self.variant, self.config, meta=True))
         except Exception as error:
             meta = None
             meta_error = f"{type(error).__name__}: {error}".splitlines()[0]
@@ -389,7 +324,7 @@ class _Preset:
             problems.append(f"the model does not build on the meta device, where zoo list counts it ({meta_error})")
         elif meta != real:
             problems.append("the meta-device build differs: " + "; ".join(
-                _describe(meta, real, p) for p in PARTS if _differs(meta, real, p)))
+                describe(meta, real, p) for p in PARTS if differs(meta, real, p)))
         if sum(flops.values()) != flop_total:
             problems.append(f"FLOPs per part sum to {sum(flops.values()):,}, the total is {flop_total:,}")
         if not 0 < active_parameters(self.model) <= total:

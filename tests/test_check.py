@@ -1,6 +1,7 @@
 """``zoo check``: every built-in variant passes the conformance suite, and deliberately broken plugins fail it on
 the right row (a kernel that ignores the causal mask, an undeclared change, a parameter without gradient, a revert
-that leaves the variant's module in place or reaches an undeclared part, a state dict that does not round-trip).
+that leaves the variant's module in place, reaches an undeclared part or reverts nothing, a state dict that does not
+round-trip).
 
 The built-in variants' conformance is this one parametrised call: a new variant (or a new task of one) is
 checked without editing this file, at its smallest preset to stay fast.
@@ -29,7 +30,7 @@ def test_every_builtin_variant_is_a_fair_patch(name, task):
     assert not report.failed, "\n" + render(report)
     variant = zoo.get_variant(name, task)
     expected = {"build", "forward", "backward", "changes", "batch (eval)", "save/load", "seed", "accounting",
-                *(f"revert {getattr(c, 'name', c.part)}" for c in variant.changes)}
+                *(f"revert {c.name}" for c in variant.changes)}
     if probes.is_autoregressive(variant.build(variant.config(preset))):
         expected |= {"causal (train)", "causal (eval)", "padding", "kv cache"}
     assert {r.check for r in report.rows if r.ok is not None} == expected
@@ -103,6 +104,8 @@ BROKEN = {
 
         register_ffn("mine", lambda d, f, a, p, layer: ReachingFFN(d, f, a, p))
         '''),
+    "idle-loss": dict(  # a loss change whose revert sets what the variant already has
+        presets="PRESETS", change='Change("objective", "cross-entropy", "mine", "a flaw", revert={"init": "xavier"})'),
     "forgetful": dict(  # a random scale kept outside the state dict
         presets=FFN_PRESETS, change=FFN_CHANGE,
         extra='''
@@ -132,6 +135,7 @@ FAILS = {
               "changes": "ffn is declared but measures the same as the classic counterpart"},
     "reaching": {"revert ffn": "{'ffn': 'dense', 'norm_first': True} also changes norm: nothing → LayerNorm×2",
                  "changes": "undeclared change at norm"},
+    "idle-loss": {"revert objective": "{'init': 'xavier'} already holds in the variant's config: it reverts nothing"},
     "forgetful": {"save/load": "outputs after a safetensors and a state dict round trip differ"},
 }
 
@@ -139,7 +143,7 @@ FAILS = {
 @pytest.fixture
 def broken(tmp_path):
     # each plugin registers its FFN under its own name: two plugins may not register one name
-    sources = {f"{name}_plugin.py": variant_source(name, **{k: v.replace('"mine"', f'"{name}"')
+    sources = {f"{name.replace('-', '_')}_plugin.py": variant_source(name, **{k: v.replace('"mine"', f'"{name}"')
                                                             for k, v in spec.items()})
                for name, spec in BROKEN.items()}
     with isolated_registry():

@@ -1,0 +1,107 @@
+"""The structure side of ``zoo check``: what a built model holds per part, and where a change could hide.
+
+:func:`anatomy` counts a model's module types and parameters per part (as ``zoo diff`` groups them) and the
+types that are each part's *own*; :func:`hidden_choices` and :func:`base_registration` find changes that a
+comparison with the classic counterpart cannot see, because the counterpart shares them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.parts import PARTS, module_parts, parameters_by_part, part_of
+from zoo.delta import structure_by_part
+from zoo.registry import Variant, list_variants, registrations
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    """A built model per part: module types (as ``zoo diff`` groups them: a module tagged ``stacking`` owns
+    its subtree), the types of the modules that are the part's *own* (tagged with it or inheriting it, not
+    modules of another part nested in a stacking subtree), and parameters."""
+
+    types: dict[str, Counter]
+    own: dict[str, Counter]
+    params: dict[str, int]
+
+
+def anatomy(model: nn.Module) -> Anatomy:
+    """The :class:`Anatomy` of a built model (on any device, the meta device included)."""
+    owner = module_parts(model)
+    tags: dict[str, str] = {}
+    own: dict[str, Counter] = {p: Counter() for p in PARTS}
+    for name, module in model.named_modules():
+        parent = name.rpartition(".")[0] if name else None
+        tags[name] = part_of(module) or (tags.get(parent, "stacking") if parent is not None else "stacking")
+        if name and tags[name] == owner[name]:
+            own[owner[name]][type(module).__name__] += 1
+    return Anatomy(structure_by_part(model), own, dict(parameters_by_part(model)))
+
+
+def build(variant: Variant, config: Any, seed: int = 0, meta: bool = False) -> nn.Module:
+    """``variant.build(config)`` from ``seed``, on the CPU or, with ``meta``, on the meta device."""
+    torch.manual_seed(seed)
+    if meta:
+        with torch.device("meta"):  # shapes only, as zoo list and zoo params count
+            return variant.build(config)
+    return variant.build(config)
+
+
+def anatomy_of(variant: Variant, config: Any) -> Anatomy:
+    """Anatomy of a build on the meta device (on the CPU where the build needs real tensors)."""
+    try:
+        return anatomy(build(variant, config, meta=True))
+    except Exception:  # a build that computes with real values; the accounting row reports it
+        return anatomy(build(variant, config))
+
+
+def differs(a: Anatomy, b: Anatomy, part: str) -> bool:
+    """Whether ``part`` has other module types or another parameter count in ``a`` and ``b``."""
+    return a.types[part] != b.types[part] or a.params[part] != b.params[part]
+
+
+def types_text(c: Counter) -> str:
+    """``"Linear×8, ReLU×4"``: module types and their counts, by name."""
+    return ", ".join(f"{k}×{n}" for k, n in sorted(c.items())) or "nothing"
+
+
+def describe(a: Anatomy, b: Anatomy, part: str, own: bool = False) -> str:
+    """What differs at ``part`` from ``a`` to ``b``: module types (the part's own ones), else parameters."""
+    x, y = (a.own[part], b.own[part]) if own else (a.types[part], b.types[part])
+    if x != y:
+        return f"{part}: {types_text(x - y)} → {types_text(y - x)}"
+    return f"{part}: parameters {a.params[part]:,} → {b.params[part]:,}"
+
+
+def hidden_choices(variant: Variant, classic_config: Any) -> list[str]:
+    """Choices (str, bool and option-dict fields) of the classic counterpart that differ from the config class's
+    defaults although no change reverts them: a change made in the presets or base overrides, which the
+    counterpart would share with the variant, so that no measurement of the two could see it."""
+    reverted = {key for change in variant.changes for key in change.revert}
+    found = []
+    for f in dataclasses.fields(classic_config):
+        if f.name in reverted or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        value = getattr(classic_config, f.name)
+        if isinstance(default, (str, bool, dict)) and value != default:
+            owner = type(classic_config).__name__
+            found.append(f"{f.name}={value!r} in the variant and its classic counterpart ({owner}'s default: "
+                         f"{default!r}), reverted by no change")
+    return found
+
+
+def base_registration(variant: Variant) -> Variant | None:
+    """The first registration, of another name, whose config class is (a base of) ``variant``'s and whose builder
+    differs: the model ``variant`` patches, whose builder must build the same from the classic config."""
+    for name in list_variants():
+        for other in registrations(name):
+            if other.name != variant.name and issubclass(variant.config_class, other.config_class):
+                return other if other.build is not variant.build else None
+    return None
