@@ -240,7 +240,7 @@ def load_nifti_dataset(
         unlabelled=[c for c in found.cases if c.label is None], preprocessing=prep, fingerprint=fp,
     )
     if found.layout == "pairs" and modality is None:
-        log.warning("%s: images/ + labels/ do not say the modality: z-scored per case as MRI; pass modality='CT' "
+        log.warning("%s: images/ + labels/ do not say the modality: z-scored per case as MRI; pass --modality CT "
                     "for the CT window", found.root)
     log.info("loaded %s in %.1f s (%d of %d cases from the cache%s)", found.root, time.perf_counter() - started,
              hits, len(records), f" {folder}" if folder else " (off)")
