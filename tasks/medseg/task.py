@@ -59,7 +59,7 @@ from core.errors import check_int, check_number, check_positive, unknown_name
 from tasks.config import TrainConfig
 from tasks.distributed import DistInfo, shard
 from tasks.medseg.data import ALL_DATASETS, SegData, Volume, load_medseg
-from tasks.medseg.metrics import CONVENTIONS, case_scores, organ_status, summarise
+from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
 from tasks.medseg.nifti_scoring import OriginalGeometryScores
 from tasks.medseg.reference import REFERENCE_MODELS
 from tasks.records import split_hash, write_records
@@ -508,8 +508,8 @@ class MedsegTask(Task):
         """
         k, names = self.num_classes, self.class_names
         record: dict[str, Any] = {"case": volume.case}
-        for convention in CONVENTIONS:
-            scores = case_scores(pred, volume.label, k, convention, volume.spacing)  # checks both label volumes
+        per_convention = case_scores_per_convention(pred, volume.label, k, volume.spacing)  # checks both volumes
+        for convention, scores in per_convention.items():
             record[convention] = {names[o]: {"dice": d, "hd95": h} for o, (d, h) in scores.items()}
         counts = np.bincount(pred.ravel(), minlength=k), np.bincount(volume.label.ravel(), minlength=k)  # (K,) each
         record["voxels"] = {names[o]: {"pred": int(counts[0][o]), "ref": int(counts[1][o])} for o in range(1, k)}
