@@ -3,7 +3,8 @@
 It owns what is the same for all tasks: device choice, seeds and determinism, bf16 autocast on CUDA,
 gradient accumulation and clipping, the auxiliary losses and statistics the model's layers report
 (:mod:`core.sidechannels`, whatever those layers are), progress bars, evaluation each epoch, checkpoints
-(atomic, resumable bit for bit), Ctrl-C and non-finite-loss handling, ``torchrun`` scale-out, and the
+(atomic, resumable bit for bit), Ctrl-C and non-finite-loss handling, ``torchrun`` scale-out, an optional
+budget that may stop a run after any optimizer step (:mod:`tasks.budget`: time, training FLOPs), and the
 run's output files: ``config.json``, ``metrics.jsonl``, ``metrics.json``, ``report.md``, ``curves.png``,
 ``checkpoints/``.
 """
@@ -50,8 +51,10 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 class Trainer:
     """Runs ``task`` to completion: ``Trainer(task_class, config).fit()`` returns the final metrics."""
 
-    def __init__(self, task_class: type[Task], config) -> None:
+    def __init__(self, task_class: type[Task], config, budget=None) -> None:
         self.config = config
+        self.budget = budget  # optional tasks.budget.Budget: consulted after each optimizer step, may stop the run
+        self.stopped_by_budget = False
         self.device = select_device(config.device)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
@@ -114,7 +117,10 @@ class Trainer:
         self.model = task.build_model().to(self.device)
         self.optimizer = task.make_optimizer(self.model)
         steps_per_epoch = math.ceil(len(task.train_batches(0)) / c.accumulate)
-        self.scheduler = task.make_scheduler(self.optimizer, steps_per_epoch * c.epochs)
+        total_steps = steps_per_epoch * c.epochs
+        if self.budget is not None:
+            total_steps = self.budget.planned_steps(self, total_steps)
+        self.scheduler = task.make_scheduler(self.optimizer, total_steps)
         self.scaler = torch.amp.GradScaler(enabled=False)  # bf16 needs no loss scaling; kept for fp16 users
         wrapped = DistributedDataParallel(self.model) if self.dist.enabled else self.model
 
@@ -135,9 +141,11 @@ class Trainer:
             task.save_artifacts(self.out)
             write_json_atomic(self.out / RUN_FILE, run_info(task))  # what `zoo.load_run` rebuilds the model from
 
+        if self.budget is not None:
+            self.budget.start(self)
         start = time.perf_counter()
         try:
-            while epoch < c.epochs:
+            while epoch < c.epochs and not self.stopped_by_budget:
                 step, train_loss = self._train_epoch(wrapped, epoch, batch_in_epoch, step, best)
                 row = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
                        "lr": self.optimizer.param_groups[0]["lr"], **self._evaluate("valid")}
@@ -182,6 +190,9 @@ class Trainer:
             bar.set_postfix(loss=f"{group_loss / max(group_items, 1):.3f}",
                             lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
                             items_s=f"{items_sum / (time.perf_counter() - tic):.0f}")
+            if self.budget is not None and self._budget_spent(time.perf_counter() - tic):
+                break  # stop here; fit() evaluates and checkpoints as at an epoch end
+        bar.close()
         loss_sum, items_sum = all_reduce_sum([loss_sum, items_sum], self.dist, self.device)
         self.items_seen += items_sum
         self.train_seconds += time.perf_counter() - tic
@@ -219,6 +230,12 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return total_loss, total_items
 
+    def _budget_spent(self, epoch_seconds: float) -> bool:
+        """Whether the budget is spent after this step; every rank stops at the same step."""
+        spent = self.budget.exhausted(self, self.train_seconds + epoch_seconds)
+        self.stopped_by_budget = all_reduce_sum([float(spent)], self.dist, self.device)[0] > 0
+        return self.stopped_by_budget
+
     def optimizer_steps_done(self) -> int:
         return int(getattr(self.scheduler, "last_epoch", 0))
 
@@ -248,6 +265,9 @@ class Trainer:
             "final": final,
             "history": self.history,
         }
+        if self.budget is not None:
+            summary["budget"] = {**self.budget.spent(), "stopped_by_budget": self.stopped_by_budget,
+                                 "steps": self.history[-1]["step"] if self.history else 0}
         if self.main:
             (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
             plot_curves(self.history, self.task.main_metric, self.out / "curves.png")
