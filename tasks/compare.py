@@ -1,15 +1,22 @@
-"""Same budget, one table: ``zoo compare`` and ``zoo ablate``.
+"""Comparisons that hold up: ``zoo compare`` and ``zoo ablate``.
 
-``compare`` trains several variants on one task with the same data, epochs and seeds, and tabulates what
-changed, parameters, FLOPs, the task metric (mean ± spread over seeds), Δ vs the task's baseline,
-throughput and wall time, with a plot of metric vs cost. ``ablate`` does the same for one variant and,
-for each of its declared changes, the variant with only that change reverted to the classic choice —
-which change bought how much.
+``compare`` trains several variants on one task with the same data, budget and seeds — or reads runs that
+already finished (``zoo compare TASK --runs DIR ...``) — and tabulates, per variant: what changed,
+parameters, forward FLOPs, optimizer steps, the task metric's mean over seeds with its 95 % interval, Δ vs
+the task's baseline with its 95 % interval, a paired test on the same test examples (p-values
+Holm-corrected over the variants), a verdict (better / worse / no significant difference at α),
+throughput and wall time; with a plot of metric vs cost. ``ablate`` does the same for one variant and, for
+each of its declared changes, the variant with only that change reverted: each row says what the change
+bought and whether that is distinguishable from noise.
+
+The trained comparison builds its table from the run folders it wrote, through the same code as
+``--runs``, so rebuilding it from those folders gives the same table. Statistics: :mod:`tasks.paired`
+and :mod:`tasks.stats`; budgets (epochs, time, training FLOPs): :mod:`tasks.budget`; output:
+:mod:`tasks.compare_report`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 from dataclasses import dataclass, field
@@ -20,12 +27,19 @@ import torch
 
 import zoo
 from core.errors import check_positive
+from tasks.budget import parse_budget
+from tasks.compare_report import write_comparison
 from tasks.config import check_folder
+from tasks.paired import describe_test, paired_statistics, task_metrics
 from tasks.registry import task_class
-from tasks.report import markdown_table
-from zoo.delta import measure
+from tasks.run_results import RunResult, check_pairable, group_by_variant, read_result
+from tasks.stats import check_alpha
 
 log = logging.getLogger(__name__)
+
+COMPARE_EPOCHS = 2  # the default budget of zoo compare / zoo ablate: epochs=2
+MAX_EPOCHS = 1000  # the epoch cap under a FLOP budget when --epochs is not given: the budget decides
+HEADLINE_FIELDS = ("mean", "ci95", "ci95_method", "delta", "delta_ci95", "p_value", "p_value_holm", "verdict", "test")
 
 
 @dataclass
@@ -38,137 +52,226 @@ class Entry:
     parts: str = ""
 
 
-def _headline(task_class, summary: dict[str, Any], split: str, metric: str) -> float | None:
-    value = summary["final"].get(split, {}).get(metric)
-    return float(value) if value is not None else None
+def resolve_budget(cls, budget: str | None, epochs: int | None) -> tuple[str, int]:
+    """The budget text and the epochs of every run: ``epochs=N`` sets them; under a time budget ``epochs``
+    (default: the task's own) caps the run and is the schedule's horizon; under a FLOP budget it only caps."""
+    if budget is None:
+        epochs = COMPARE_EPOCHS if epochs is None else epochs
+        check_positive("epochs", epochs)
+        return f"epochs={epochs}", epochs
+    parsed = parse_budget(budget)
+    if parsed.kind == "epochs":
+        if epochs is not None and epochs != parsed.value:
+            raise ValueError(f"--epochs {epochs} and --budget {budget} disagree; give one of them")
+        return budget, int(parsed.value)
+    if epochs is not None:
+        check_positive("epochs", epochs)
+        return budget, epochs
+    return budget, cls.config_class().epochs if parsed.kind == "time" else MAX_EPOCHS
 
 
-def _spread(values: list[float]) -> tuple[float | None, float | None]:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def run_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, **config: Any) -> list[dict]:
-    """Train every entry ``seeds`` times with the same settings; return one result row per entry."""
+def train_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, budget: str = "epochs=2",
+                  **config: Any) -> dict[str, list[RunResult]]:
+    """Train every entry ``seeds`` times (seeds 0..seeds-1) under ``budget``; the finished runs per entry."""
     from tasks.trainer import Trainer
 
     check_positive("seeds", seeds)
     check_folder("--out", out, "a folder for the runs and the report")
+    parse_budget(budget)  # a bad budget fails before any training
     cls = task_class(task_name)
-    split, metric = cls.headline
-    rows = []
+    groups: dict[str, list[RunResult]] = {}
     for entry in entries:
-        runs = []
         for seed in range(seeds):
+            run_dir = out / f"{entry.label}-seed{seed}"
             run_config = cls.config_class(**{**config, "variant": entry.variant, "seed": seed,
                                              "model": {**config.get("model", {}), **entry.model},
-                                             "out": str(out / f"{entry.label}-seed{seed}")})
+                                             "out": str(run_dir)})
             run_config.check_paths()
             log.info("== %s, seed %d ==", entry.label, seed)
-            trainer = Trainer(cls, run_config)
-            runs.append((trainer, trainer.fit()))
-        trainer, summary = runs[0]
-        parts, flops = _parts_and_flops(entry, task_name, trainer)
-        mean, spread = _spread([_headline(cls, s, split, metric) for _, s in runs])
-        row = {
-            "variant": entry.label,
-            "parts changed": parts,
-            "params": summary["parameters"],
-            "GFLOPs": flops / 1e9,
-            metric: mean,
-            "±": spread,
-            "items/s": statistics.fmean(s["items_per_s"] for _, s in runs),
-            "wall s": statistics.fmean(s["train_seconds"] for _, s in runs),
-        }
-        for extra_split, extra_metric, title in cls.extra_columns:
-            row[title] = _spread([_headline(cls, s, extra_split, extra_metric) for _, s in runs])[0]
-        rows.append(row)
-    return rows
+            Trainer(cls, run_config, parse_budget(budget)).fit()  # a fresh budget per run: it counts what it spends
+            groups.setdefault(entry.label, []).append(read_result(run_dir))
+    return groups
+
+
+def forward_flops(task_name: str, task, model: torch.nn.Module, variant: str) -> int:
+    """Forward FLOPs of ``model`` at the task's input size (zoo diff's counter and shape)."""
+    from zoo.delta import TASK_SHAPES, module_flops
+
+    spec = TASK_SHAPES[task_name]
+    if variant in getattr(task, "reference_models", ()):  # e.g. the CNN row of the cifar task
+        shape = {**spec.shape, **task.delta_overrides()}
+        inputs = (torch.zeros(1, shape["in_channels"], shape["image_size"], shape["image_size"]),)
+    else:
+        config = task.model_config
+        inputs = zoo.get_variant(variant, task_name).example_input(config, spec.for_config(config))
+    return module_flops(model.cpu(), inputs)[1]
+
+
+def parts_changed(task_name: str, task, variant: str) -> str:
+    if variant in getattr(task, "reference_models", ()):
+        return "(reference model, not a patch)"
+    return ", ".join(zoo.get_variant(variant, task_name).parts_changed) or "(base)"
 
 
 def _parts_and_flops(entry: Entry, task_name: str, trainer) -> tuple[str, int]:
-    """What the entry changed, and its forward FLOPs at the task's input size."""
-    if entry.variant in getattr(trainer.task, "reference_models", ()):  # e.g. the CNN row of the cifar task
-        from zoo.delta import TASK_SHAPES, module_flops
-
-        spec = TASK_SHAPES[task_name]
-        shape = {**spec.shape, **trainer.task.delta_overrides()}
-        inputs = (torch.zeros(1, shape["in_channels"], shape["image_size"], shape["image_size"]),)
-        return "(reference model, not a patch)", module_flops(trainer.model.cpu(), inputs)[1]
-    delta = measure(entry.variant, task_name, trainer.config.preset, memory=False,
-                    overrides=trainer.task.delta_overrides())
-    parts = entry.parts or ", ".join(zoo.get_variant(entry.variant, task_name).parts_changed) or "(base)"
-    return parts, delta["totals"]["flops"]["variant"]
+    """What the entry changed, and its forward FLOPs at the task's input size (``trainer``: anything with the
+    ``task`` and ``model`` of a run, a Trainer or a :class:`tasks.run.Run`)."""
+    parts = entry.parts or parts_changed(task_name, trainer.task, entry.variant)
+    return parts, forward_flops(task_name, trainer.task, trainer.model, entry.variant)
 
 
-def add_deltas(rows: list[dict], metric: str, baseline_label: str) -> None:
-    """Add "Δ vs <baseline>" to every row (in the metric's units)."""
-    base = next((r[metric] for r in rows if r["variant"] == baseline_label), None)
-    for row in rows:
-        row[f"Δ vs {baseline_label}"] = None if base is None or row[metric] is None else row[metric] - base
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
 
 
-def plot_metric_vs_cost(rows: list[dict], metric: str, path: Path, title: str) -> None:
-    import matplotlib
+def _cost(task_name: str, runs: list[RunResult], parts: str | None) -> dict[str, Any]:
+    """Parameters, FLOPs, steps and time of a group's runs (means over seeds)."""
+    from tasks.run import load_run
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for row in rows:
-        if row[metric] is None:
-            continue
-        ax.errorbar(row["GFLOPs"], row[metric], yerr=row["±"] or 0, fmt="o", capsize=3)
-        ax.annotate(row["variant"], (row["GFLOPs"], row[metric]), textcoords="offset points", xytext=(5, 5))
-    ax.set(xlabel="forward GFLOPs at the task's input size", ylabel=metric, title=title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    run = load_run(runs[0].run_path)
+    part_text, flops = _parts_and_flops(Entry(run.variant, run.variant, parts=parts or ""), task_name, run)
+    trained = [r.training for r in runs if r.training]
+    spent = [t["budget"].get("train_flops") for t in trained if "budget" in t]
+    return {"parts changed": part_text,
+            "params": trained[0]["parameters"] if trained else sum(p.numel() for p in run.model.parameters()),
+            "GFLOPs": flops / 1e9,
+            "steps": _mean([t["history"][-1]["step"] for t in trained if t["history"]]),
+            "train_PFLOPs": None if not spent or None in spent else _mean(spent) / 1e15,
+            "items/s": _mean([t["items_per_s"] for t in trained]),
+            "wall s": _mean([t["train_seconds"] for t in trained])}
 
 
-def write_outputs(rows: list[dict], out: Path, metric: str, title: str, preamble: str = "") -> str:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    plot_metric_vs_cost(rows, metric, out / "metric_vs_cost.png", title)
-    table = markdown_table(rows)
-    (out / "report.md").write_text(f"# {title}\n\n{preamble}\n\n{table}\n\n![metric vs cost](metric_vs_cost.png)\n")
-    return table
+def budget_text(result: RunResult) -> str:
+    """The budget a run was trained under, as the report states it."""
+    spent = (result.training or {}).get("budget")
+    epochs = result.info["config"]["epochs"]
+    if spent is None or spent["kind"] == "epochs":
+        return f"{epochs} epoch(s) per run"
+    text = parse_budget(f"{spent['kind']}={spent['value']}").describe()
+    return f"{text}, at most {epochs} epochs"
 
 
-def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 1, **config: Any) -> list[dict]:
+def build_comparison(task_name: str, groups: dict[str, list[RunResult]], reference: str, out: Path,
+                     kind: str = "compare", alpha: float = 0.05, parts: dict[str, str] | None = None,
+                     title: str | None = None) -> dict[str, Any]:
+    """The comparison of finished runs grouped by label (each group: one variant's seeds) against
+    ``reference``; writes results.json, report.md and the plots under ``out``.
+
+    ``kind="compare"`` reports each variant against the reference (the baseline); ``kind="ablate"`` reports
+    the reference (the full variant) against each row (the variant without one change): Δ is what the change
+    bought. Returns the comparison dict written to results.json, plus ``"table"``, the main markdown table.
+    """
+    check_alpha(alpha)
+    results = [r for runs in groups.values() for r in runs]
+    for r in results:
+        if r.task != task_name:
+            raise ValueError(f"{r.path} is a {r.task} run, not a {task_name} one; compare runs of one task")
+    others = [label for label in groups if label != reference]
+    pairs = [(label, label, reference) if kind == "compare" else (label, reference, label) for label in others]
+    splits = set.intersection(*(r.splits() for r in results))
+    metrics = task_metrics(task_name, groups[reference][0].info, splits)
+    for split in dict.fromkeys(m.split for m in metrics):
+        check_pairable(groups, split, pairs)
+    stats = {}
+    for m in metrics:
+        runs = {label: [(r.records(m.split)[1], m.stats(r.records(m.split)[0], r.info)) for r in g]
+                for label, g in groups.items()}
+        stats[m.key] = paired_statistics(m, runs, pairs, alpha)
+    rows = []
+    for label, runs in groups.items():
+        row = {"variant": label, **_cost(task_name, runs, (parts or {}).get(label)), "seeds": len(runs),
+               "runs": [str(r.path) for r in runs], "metric": metrics[0].key,
+               "metrics": {m.key: stats[m.key][label] for m in metrics}}
+        headline = {"delta": 0.0, "delta_ci95": None, "p_value": None, "p_value_holm": None, "test": None,
+                    "verdict": "baseline" if kind == "compare" else "full variant", **row["metrics"][metrics[0].key]}
+        row.update({k: headline[k] for k in HEADLINE_FIELDS})
+        rows.append(row)
+    budgets = {label: budget_text(runs[0]) for label, runs in groups.items()}
+    comparison = {
+        "title": title or f"zoo compare {task_name}", "kind": kind, "task": task_name, "reference": reference,
+        "alpha": alpha, "headline": metrics[0].key, "budget": budgets,
+        "ci95_method": "; ".join(dict.fromkeys(r["ci95_method"] for r in rows)),
+        "preamble": _preamble(kind, reference, groups, budgets, metrics[0]),
+        "metrics": {m.key: {"title": m.title, "unit": m.unit, "split": m.split, "higher_is_better": m.higher_is_better,
+                            "role": m.role, "tests": list(dict.fromkeys(describe_test(m, stats[m.key][row]["test"])
+                                                                        for row, _, _ in pairs))}
+                    for m in metrics},
+        "rows": rows,
+    }
+    table = write_comparison(comparison, out)
+    return {**comparison, "table": table}
+
+
+def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], budgets: dict[str, str], metric) -> str:
+    seeds = sorted({len(runs) for runs in groups.values()})
+    budget = (f"the same budget for every run: {next(iter(budgets.values()))}" if len(set(budgets.values())) == 1
+              else "budgets that differ: " + "; ".join(f"{k}: {v}" for k, v in budgets.items()))
+    what = (f"Each variant against the baseline `{reference}`" if kind == "compare" else
+            f"Leave-one-out: each row is `{reference}` with one declared change reverted to the classic choice; "
+            f"'bought by the change' is `{reference}` minus the row")
+    return (f"{what}, trained with {budget}; {'/'.join(map(str, seeds))} seed(s) per variant. Metric: "
+            f"{metric.split} {metric.title}, paired on the same test examples.")
+
+
+def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 1, budget: str | None = None,
+            alpha: float = 0.05, baseline: str | None = None, **config: Any) -> dict[str, Any]:
+    """Train ``variants`` (default: every variant of the task and its reference models) ``seeds`` times each
+    under ``budget`` (``epochs=N``, ``time=SECONDS``, ``flops=X``; default ``epochs=2``) and compare them with
+    ``baseline`` (default: the task's). ``config``: task config fields for every run (``epochs`` caps a time
+    or FLOP budget). Returns the comparison (see :func:`build_comparison`)."""
     cls = task_class(task_name)
+    check_alpha(alpha)
     names = variants or [*zoo.list_variants(task_name), *getattr(cls, "reference_models", ())]
     for name in names:
         if name not in getattr(cls, "reference_models", ()):
             zoo.get_variant(name, task_name)  # a clear error before any training starts
-    rows = run_entries(task_name, [Entry(n, n) for n in names], out, seeds, **config)
-    metric = cls.headline[1]
-    add_deltas(rows, metric, cls.baseline)
-    budget = ", ".join(f"{k}={v}" for k, v in config.items())
-    write_outputs(rows, out, metric, f"zoo compare {task_name}",
-                  f"Same budget for every variant ({budget}; {seeds} seed(s)). Metric: {cls.headline[0]} {metric}.")
-    return rows
+    baseline = baseline or cls.baseline
+    if baseline not in names:
+        raise ValueError(f"the baseline {baseline!r} is not among the variants ({', '.join(names)}); add it, or "
+                         f"pass --baseline with one of them")
+    budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
+    groups = train_entries(task_name, [Entry(n, n) for n in names], out, seeds, budget, **config)
+    return build_comparison(task_name, groups, baseline, out, alpha=alpha)
 
 
-def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, **config: Any) -> list[dict]:
-    """Train the variant and, for each declared change, the variant with that one change reverted."""
+def compare_runs(task_name: str, paths: list[str | Path], out: Path, alpha: float = 0.05,
+                 baseline: str | None = None) -> dict[str, Any]:
+    """The comparison of finished runs (training runs or ``zoo evaluate`` folders), grouped by variant, without
+    training anything; runs evaluated on different data are refused."""
     cls = task_class(task_name)
-    variant = zoo.get_variant(variant_name, task_name)
-    if not variant.changes:
+    check_folder("--out", out, "a folder for the report")
+    groups = group_by_variant([read_result(p) for p in paths])
+    baseline = baseline or cls.baseline
+    if baseline not in groups:
+        raise ValueError(f"no run of the baseline {baseline!r} among --runs (they are runs of: {', '.join(groups)}); "
+                         "add one, or pass --baseline with one of those")
+    return build_comparison(task_name, groups, baseline, out, alpha=alpha)
+
+
+def ablation_entries(variant) -> list[Entry]:
+    """The full variant, then one row per independent declared change with that change alone reverted
+    (:meth:`zoo.registry.Variant.independent_changes`: a part that only follows another change, such as
+    the head Swin's hierarchy widens, has no row of its own; its cause's row reverts it)."""
+    entries = [Entry(variant.name, variant.name)]
+    for change in variant.independent_changes():
+        reach = [p for p in change.parts if p != change.part]
+        parts = f"{change.part} reverted to classic" + (f" (reaching {', '.join(reach)})" if reach else "")
+        entries.append(Entry(f"without {change.name}", variant.name, dict(change.revert), parts=parts))
+    return entries
+
+
+def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget: str | None = None,
+           alpha: float = 0.05, **config: Any) -> dict[str, Any]:
+    """Train the variant and, for each declared change, the variant with that one change reverted; each row
+    reports what the change bought (the variant minus the row), tested paired on the same test examples."""
+    cls = task_class(task_name)
+    check_alpha(alpha)
+    entries = ablation_entries(zoo.get_variant(variant_name, task_name))
+    if len(entries) == 1:
         raise ValueError(f"variant {variant_name!r} declares no changes: nothing to ablate")
-    entries = [Entry(variant_name, variant_name)]
-    for change in variant.changes:
-        entries.append(Entry(f"without {change.part}", variant_name, dict(change.revert),
-                             parts=f"{change.part} reverted to classic"))
-    rows = run_entries(task_name, entries, out, seeds, **config)
-    metric = cls.headline[1]
-    add_deltas(rows, metric, variant_name)
-    for row in rows[1:]:  # what the change bought = full variant − variant without it
-        delta = row[f"Δ vs {variant_name}"]
-        row["bought by the change"] = None if delta is None else -delta
-    write_outputs(rows, out, metric, f"zoo ablate {variant_name} on {task_name}",
-                  "Leave-one-out: each row reverts one declared change to the classic choice, same budget.")
-    return rows
+    budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
+    groups = train_entries(task_name, entries, out, seeds, budget, **config)
+    return build_comparison(task_name, groups, variant_name, out, kind="ablate", alpha=alpha,
+                            parts={e.label: e.parts for e in entries},
+                            title=f"zoo ablate {variant_name} on {task_name}")

@@ -148,13 +148,13 @@ def test_compare_and_ablate_run_end_to_end(tmp_path, capsys):
     budget = ["--epochs", "1", "--quiet", "--set", "preset=tiny", "--set", "n_train=120", "--set", "eval_size=20",
               "--set", "beam_size=1"]
     assert main(["compare", "translation", "--variants", "classic,rope", "--out", str(tmp_path / "c"), *budget]) == 0
-    rows = json.loads((tmp_path / "c" / "results.json").read_text())
+    rows = json.loads((tmp_path / "c" / "results.json").read_text())["rows"]
     assert [r["variant"] for r in rows] == ["classic", "rope"]
-    assert rows[0]["Δ vs classic"] == 0.0 and "long BLEU" in rows[0]
+    assert rows[0]["delta"] == 0.0 and "long_bleu" in rows[0]["metrics"] and rows[1]["test"] == "bootstrap"
     assert (tmp_path / "c" / "metric_vs_cost.png").exists()
     assert main(["ablate", "pre-ln", "--task", "translation", "--out", str(tmp_path / "a"), *budget]) == 0
-    rows = json.loads((tmp_path / "a" / "results.json").read_text())
+    rows = json.loads((tmp_path / "a" / "results.json").read_text())["rows"]
     assert [r["variant"] for r in rows] == ["pre-ln", "without norm"]
-    assert "bought by the change" in rows[1]
+    assert rows[1]["verdict"] in ("better", "worse", "no significant difference")  # what the change bought
     report = (tmp_path / "c" / "classic-seed0" / "report.md").read_text()
     assert "What changed" in report  # every zoo train report has the delta section
