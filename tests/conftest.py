@@ -36,19 +36,26 @@ def copy_batch(generator: torch.Generator, batch: int = 32, vocab: int = 16):
 
 @pytest.fixture(scope="session")
 def copy_model():
-    """A tiny classic Transformer trained for a few hundred steps to copy its input (about 10 s)."""
+    """A tiny classic Transformer trained for a few hundred steps to copy its input (about 10 s).
+
+    The rate decays linearly to 0: at a constant 3e-3 the final model's exact copies of 256 held-out sources
+    wandered between 88 % and 100 % with the CPU's kernels; decayed, it copied 100 % under each.
+    """
     from core.loss import LabelSmoothedCrossEntropy
     from core.model import build_transformer
 
     torch.manual_seed(0)
     model = build_transformer("tiny", src_vocab=16, d_model=32, heads=4, d_ff=64)
+    steps = 400
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / steps)
     loss_fn = LabelSmoothedCrossEntropy(0.0)
     gen = torch.Generator().manual_seed(0)
-    for _ in range(400):
+    for _ in range(steps):
         src, tgt = copy_batch(gen)
         loss = loss_fn(model(src, tgt[:, :-1]), tgt[:, 1:])
         opt.zero_grad()
         loss.backward()
         opt.step()
+        schedule.step()
     return model.eval()
