@@ -22,6 +22,10 @@ PARTS: tuple[str, ...] = (
     "objective",  # losses and auxiliary losses
 )
 
+# Parts that are procedures rather than layers: a change of the generation procedure or of the training loss
+# may build no module at all, so it has no parameters or FLOPs of its own to measure (training measures it).
+PROCEDURES: tuple[str, ...] = ("decoding", "objective")
+
 _ATTR = "zoo_part"
 
 

@@ -11,7 +11,11 @@ without knowing which layer types exist (a mixture of experts implements all thr
 * :class:`LayerStatistics` — ``statistics()``: named numbers (or lists of numbers) about the last
   forward, or ``None`` before it; :func:`layer_statistics` collects them per layer;
 * :class:`SparseParameters` — ``active_parameters()``: how many of the layer's parameters one token
-  uses; :func:`active_parameters` counts the parameters one token uses in the whole model.
+  uses; :func:`active_parameters` counts the parameters one token uses in the whole model;
+* :class:`ObjectiveHeads` — a model whose training objective is more than "its output against the label"
+  (DeiT's distillation head, trained towards a teacher): ``objective_terms()`` says what each term of the
+  loss trains (a head, a target, a weight) and ``head_outputs()`` hands over each head's output of the last
+  forward; :func:`objective_heads` collects both, and the task computes the terms.
 
 The collectors take the model itself or any wrapper of it (``DistributedDataParallel``): they walk
 ``named_modules``.
@@ -42,6 +46,20 @@ class LayerStatistics(Protocol):
 class SparseParameters(Protocol):
     def active_parameters(self) -> int:
         """How many of this module's parameters (children included) one token uses."""
+
+
+TARGETS = ("label", "teacher")  # what a head of ObjectiveHeads is trained towards
+
+
+@runtime_checkable
+class ObjectiveHeads(Protocol):
+    def objective_terms(self) -> tuple[tuple[str, str, float], ...]:
+        """``(head, target, weight)`` of each term of the training loss, fixed at construction: the term is
+        ``weight · loss(head output, target)`` with a target of :data:`TARGETS` (``"teacher"``: a teacher
+        model's prediction on the same input)."""
+
+    def head_outputs(self) -> dict[str, Tensor] | None:
+        """Each head's output of the last forward, by the names ``objective_terms`` uses; ``None`` before it."""
 
 
 def _offering(model: nn.Module, protocol: type) -> dict[str, nn.Module]:
@@ -87,6 +105,35 @@ def auxiliary_loss(model: nn.Module, weights: Mapping[str, float]) -> Tensor:
 def layer_statistics(model: nn.Module) -> dict[str, dict[str, float | list[float]]]:
     """The :class:`LayerStatistics` of every layer offering them, by module name (empty if none does)."""
     return _reported(model, LayerStatistics, "statistics")
+
+
+def objective_heads(model: nn.Module) -> tuple[tuple[tuple[str, str, float], ...], dict[str, Tensor]] | None:
+    """The :class:`ObjectiveHeads` of ``model`` after a forward: its terms and its heads' outputs, checked
+    (known targets, a head output for every term); ``None`` when no module offers them (the objective is the
+    model's output against the label)."""
+    offering = _offering(model, ObjectiveHeads)
+    if len(offering) > 1:
+        raise ValueError(f"modules {sorted(offering)} each declare objective heads; a model has one objective")
+    if not offering:
+        return None
+    terms = objective_targets(model)
+    outputs = _reported(model, ObjectiveHeads, "head_outputs")[next(iter(offering))]
+    missing = sorted({head for head, _, _ in terms} - set(outputs))
+    if missing:
+        raise ValueError(f"the objective trains heads {missing} but the last forward reported only {sorted(outputs)}")
+    return terms, outputs
+
+
+def objective_targets(model: nn.Module) -> tuple[tuple[str, str, float], ...]:
+    """The ``(head, target, weight)`` terms ``model`` declares (no forward needed); ``()`` when it declares none.
+    ``any(t == "teacher" for _, t, _ in objective_targets(model))`` tells whether training needs a teacher."""
+    terms = tuple(term for module in _offering(model, ObjectiveHeads).values() for term in module.objective_terms())
+    for head, target, weight in terms:
+        if target not in TARGETS:
+            raise ValueError(f"head {head!r} is trained towards {target!r}; targets are {', '.join(TARGETS)}")
+        if not weight > 0:
+            raise ValueError(f"head {head!r} has the weight {weight} in the objective; weights are > 0")
+    return terms
 
 
 def active_parameters(model: nn.Module) -> int:
