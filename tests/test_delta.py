@@ -8,7 +8,7 @@ import pytest
 
 import zoo
 from core.model import build_transformer
-from core.parts import PARTS
+from core.parts import PARTS, PROCEDURES
 from tasks.cli import main, variant_rows, variants_markdown
 from zoo.delta import TASK_SHAPES, flops_by_part, measure, module_flops
 from zoo.delta_report import render_markdown
@@ -20,12 +20,16 @@ def test_declared_changes_are_exactly_the_measured_ones(name):
         variant = zoo.get_variant(name, task)
         report = measure(name, task, memory=False)
         measured = {p["part"] for p in report["parts"] if p["measured_change"]}
-        assert measured == set(variant.parts_reached), (task, report["parts"])
+        procedures = {p["part"] for p in report["parts"] if p["procedure_only"]}  # e.g. DeiT's objective
+        assert measured == set(variant.parts_reached) - procedures, (task, report["parts"])
+        assert procedures <= set(PROCEDURES)  # only a procedure may change without a module
+        for part in (p for p in report["parts"] if p["procedure_only"]):
+            assert part["params"]["classic"] == part["params"]["variant"] == 0 == part["flops"]["variant"]
         # Each change is visible in its own part at the sizes the earlier changes set (so Swin's window
         # attention must differ from global attention at the stage widths, not merely be wider), and no
         # difference is booked to a part its change does not name.
         lines = [line for p in report["parts"] for line in p["attribution"]]
-        for change in variant.changes:
+        for change in (c for c in variant.changes if c.part not in procedures):
             own = [line for line in lines if line["change"] == change.name and line["kind"] == "own"]
             assert any(line["structure"] != "same" or line["params"]["delta"] for line in own), (task, change.name)
         assert not [line for line in lines if line["kind"] == "undeclared"], task
@@ -79,8 +83,8 @@ def test_json_schema_is_stable():
     assert report["schema"] == 2
     assert set(report["changes"][0]) == {"name", "part", "classic", "variant", "flaw", "scope", "resizes", "also_in"}
     part = report["parts"][0]
-    assert set(part) == {"part", "declared", "reached_by", "measured_change", "flops_only", "structure", "removed",
-                         "added", "params", "flops", "attribution", "at_variant_sizes"}
+    assert set(part) == {"part", "declared", "reached_by", "measured_change", "procedure_only", "flops_only",
+                         "structure", "removed", "added", "params", "flops", "attribution", "at_variant_sizes"}
     (line,) = part["attribution"]  # one change: its one line is the whole difference
     assert line["change"] == "position" and line["kind"] == "own"
     assert line["params"]["delta"] == part["params"]["delta"] and line["flops"]["delta"] == part["flops"]["delta"]

@@ -32,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from core.attention import AttentionKernel
 from core.errors import unknown_name
-from core.parts import PARTS, module_parts, parameters_by_part
+from core.parts import PARTS, PROCEDURES, module_parts, parameters_by_part
 from core.sidechannels import active_parameters
 from zoo.delta_attribution import METHOD, Snapshot, attribute, change_totals, cumulative_configs, lines_by_part
 from zoo.registry import Variant, get_variant
@@ -269,6 +269,9 @@ def measure(
             "declared": part in declared,
             "reached_by": reached_by,
             "measured_change": changed,
+            # a declared change of a procedure (the training objective, decoding) that builds no module: its
+            # effect is measured by training (zoo ablate), not by this structural diff
+            "procedure_only": part in declared and part in PROCEDURES and not (changed or flops_only),
             "flops_only": flops_only,
             "structure": status,
             "removed": removed,

@@ -46,6 +46,23 @@ def _change_section(change: dict[str, Any], heading: str) -> list[str]:
     return lines
 
 
+def _structure(part: dict[str, Any]) -> str:
+    if part.get("flops_only"):
+        return "FLOPs only"
+    return "procedure, no modules" if part.get("procedure_only") else part["structure"]
+
+
+def _procedure_note(report: dict[str, Any]) -> list[str]:
+    """A sentence for each declared part that changed a procedure (the training loss) and built no module."""
+    parts = [p["part"] for p in report["parts"] if p.get("procedure_only")]
+    if not parts:
+        return []
+    return [f"The {', '.join(parts)} change{'s' if len(parts) > 1 else ''} alter{'' if len(parts) > 1 else 's'} "
+            "a procedure (how the model is trained or decoded), not a layer: no parameters or FLOPs of "
+            f"{'their' if len(parts) > 1 else 'its'} own, so this diff shows none; training measures it "
+            f"(`zoo ablate {report['variant']} --task {report['task']}`).", ""]
+
+
 def _breakdown(part: dict[str, Any]) -> list[dict[str, Any]]:
     """The part's own lines when they say more than its row: several changes, or one from another part."""
     lines = [line for line in part.get("attribution", []) if line["kind"] != "resized"]
@@ -67,7 +84,7 @@ def _part_rows(report: dict[str, Any]) -> list[str]:
         only_sized = p.get("attribution") and all(line["kind"] == "resized" for line in p["attribution"])
         if not (only_sized and not p["declared"]):  # a part that only changed size is shown under its cause
             rows.append(f"| {p['part']} | {'yes' if p['declared'] else 'no'} "
-                        f"| {'FLOPs only' if p.get('flops_only') else p['structure']} | {_types(p['removed'])} "
+                        f"| {_structure(p)} | {_types(p['removed'])} "
                         f"| {_types(p['added'])} | {_cells(own['params'], own['flops'], 'classic', 'variant')} |")
         for line in lines:
             rows.append(f"| ↳ by {line['change']}{KIND_LABELS[line['kind']]} | "
@@ -133,6 +150,7 @@ def render_markdown(report: dict[str, Any], heading: str = "#") -> str:
         f"| {t['flops']['variant'] / 1e6:.2f} | |",
         "",
     ]
+    lines += _procedure_note(r)
     if any(line["kind"] == "resized" for p in r["parts"] for line in p.get("attribution", [])):
         lines += ["A part that another change resizes is compared at the variant's sizes: its *classic* column is the "
                   "classic choice at those sizes, and the size difference is a line of its own (↳ *resized by*) under "

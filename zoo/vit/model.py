@@ -72,10 +72,8 @@ class VisionTransformer(nn.Module):
             self.tokens: nn.Module = PatchEmbedding(c.patch_size, c.in_channels, c.d_model)
         else:
             self.tokens = PatchVocabularyEmbedding(c.patch_size, c.d_model)
-        # The decoder read-out (the classic topology) follows the model's norm placement and activation.
-        self.readout = build_readout(c.readout, c.d_model, c.heads, c.d_ff, layers=c.decoder_layers,
-                                     activation=c.activation, norm_first=c.norm_first, dropout=c.dropout)
-        self.extra_tokens = self.readout.extra_tokens  # [CLS] rows of the position table
+        self.readout = self.make_readout(c)
+        self.extra_tokens = self.readout.extra_tokens  # [CLS] (and any other prepended token) rows of the table
         self.position = build_position(c.position, c.d_model, c.heads, max_len=self.extra_tokens + c.grid**2)
         self.dropout = nn.Dropout(c.dropout)
         norm = functools.partial(layer_norm, eps=c.norm_eps)
@@ -97,6 +95,14 @@ class VisionTransformer(nn.Module):
         self.head = nn.Linear(c.d_model, c.num_classes)
         self.head.zoo_part = "head"
         init_weights(self, "normal")  # N(0, 0.02²) linears, zero biases: ViT's (timm's) initialisation
+
+    def make_readout(self, c: ViTConfig) -> nn.Module:
+        """The read-out: the tokens it prepends (``prepend``, ``extra_tokens``) and how it summarises the
+        encoder output for the head. The one hook a variant overrides to read the class another way (DeiT adds
+        a distillation token beside [CLS]); it runs before the position table is sized."""
+        # The decoder read-out (the classic topology) follows the model's norm placement and activation.
+        return build_readout(c.readout, c.d_model, c.heads, c.d_ff, layers=c.decoder_layers,
+                             activation=c.activation, norm_first=c.norm_first, dropout=c.dropout)
 
     @property
     def grid(self) -> tuple[int, int]:

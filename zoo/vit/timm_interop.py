@@ -65,8 +65,11 @@ def timm_kwargs(config: ViTConfig) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def load_timm_weights(ours: VisionTransformer, timm_model: nn.Module) -> VisionTransformer:
+def load_timm_weights(ours: VisionTransformer, timm_model: nn.Module,
+                      renames: tuple[tuple[str, str], ...] = _RENAMES) -> VisionTransformer:
     """Copy every weight of a timm ``VisionTransformer`` into ``ours`` (same sizes); returns ``ours``.
+
+    ``renames`` maps timm's state-dict names to ours (a variant on ViT with more weights extends it: DeiT).
 
     Raises ValueError when the two are not the same architecture (a timm part we do not have, a part of
     ours timm does not fill, or different shapes), naming the parameters concerned.
@@ -76,7 +79,7 @@ def load_timm_weights(ours: VisionTransformer, timm_model: nn.Module) -> VisionT
         raise ValueError("the timm model normalises after pooling (fc_norm); build it with fc_norm=False")
     mapped, foreign = {}, []
     for name, tensor in timm_model.state_dict().items():
-        for pattern, replacement in _RENAMES:
+        for pattern, replacement in renames:
             if re.search(pattern, name):
                 mapped[re.sub(pattern, replacement, name)] = tensor
                 break

@@ -1,0 +1,34 @@
+"""Configuration of DeiT (Touvron et al. 2021): the ViT config plus DeiT's two choice fields.
+
+| field | DeiT | classic (and ViT) |
+|---|---|---|
+| ``distillation_token`` | ``True``: a second token beside [CLS], read by its own head | ``False``: [CLS] alone |
+| ``distillation`` | ``"hard"``: that head learns the teacher's arg-max | ``"none"``: every head learns the label |
+
+The presets are ViT's (DeiT-Ti and DeiT-S are ViT-Ti and ViT-S trained DeiT's way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.errors import check_bool, check_choices
+from zoo.vit.config import ViTConfig
+
+DISTILLATIONS = ("hard", "none")
+
+
+@dataclass
+class DeiTConfig(ViTConfig):
+    """A :class:`~zoo.vit.config.ViTConfig` with DeiT's distillation token and objective; validated on construction."""
+
+    # Choice fields (reverted by DeiT's declared changes):
+    distillation_token: bool = True
+    # hard: ½·CE(class head, label) + ½·CE(distillation head, the teacher's arg-max); none: every head on the label.
+    # Without the token, "hard" trains the class head towards both (the paper's "usual" hard distillation).
+    distillation: str = "hard"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_bool("distillation_token", self.distillation_token)
+        check_choices("DeiTConfig", (("distillation", self.distillation, DISTILLATIONS),))
