@@ -2,7 +2,8 @@
 
 Attention maps come from :func:`core.multihead.record_attention`. The map shown is the last attention
 layer's, averaged over heads: with a class token (keys = 1 + a square number of patches), the class
-token's attention to each patch; without one (keys = a square number), the attention each patch
+token's attention to each patch (after DeiT's distillation token too: the model's ``extra_tokens``); without
+one (keys = a square number), the attention each patch
 receives, averaged over the queries. Models whose last recorded attention is not one map per image over
 a square grid (a CNN, windowed attention over many windows) get no attention figure.
 """
@@ -91,9 +92,10 @@ def attention_heatmaps(model: nn.Module, images: Tensor) -> Tensor | None:
         return None
     mean = weights.float().mean(dim=1)  # (B, Nq, Nk)
     n_keys = mean.shape[-1]
-    grid = math.isqrt(n_keys - 1)
-    if grid >= 1 and grid * grid == n_keys - 1 and mean.shape[1] == n_keys:
-        heat = mean[:, 0, 1:]  # class token -> patches: (B, G*G)
+    prefix = getattr(model, "extra_tokens", 1)  # tokens before the patches: [CLS] (and DeiT's distillation token)
+    grid = math.isqrt(max(n_keys - prefix, 0))
+    if prefix >= 1 and grid >= 1 and grid * grid == n_keys - prefix and mean.shape[1] == n_keys:
+        heat = mean[:, 0, prefix:]  # class token -> patches: (B, G*G)
     else:
         grid = math.isqrt(n_keys)
         if grid * grid != n_keys:

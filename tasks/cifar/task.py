@@ -13,8 +13,15 @@ Training: AdamW (no weight decay on biases and norm gains) with linear warm-up o
 ``--lr``, then cosine decay to zero; label smoothing; optional per-image random crop (``--crop-padding``) and
 horizontal flip (``--flip``), usable on every dataset — a mirrored shirt, shoe or bag is still one, so
 flips preserve Fashion-MNIST's labels as they do CIFAR's. Both are off by default (see the config).
-The augmentation of image ``i`` in epoch ``e`` is a function
-of (seed, e, i) alone, so a resumed or distributed run sees exactly the images of an uninterrupted one.
+DeiT's recipe (Touvron et al. 2021) is there too: a per-image RandAugment or TrivialAugment (``--augment``),
+MixUp / CutMix (``--mixup``, ``--cutmix``) and repeated augmentation (``--repeated-augment``), off for every
+variant unless :data:`RECIPE_DEFAULTS` says otherwise. The augmentation of image ``i`` in epoch ``e`` is a
+function of (seed, e, i) alone, so a resumed or distributed run sees exactly the images of an uninterrupted one.
+
+Distillation: a variant whose objective declares a teacher target (DeiT, see :mod:`tasks.cifar.distill`)
+trains with ``--teacher RUN``, any finished cifar run, which sees the same augmented images through its own
+normalisation. run.json records the teacher (``config.teacher`` and ``preprocessing.teacher``); using the
+finished run needs no teacher.
 
 Using a finished run: run.json's preprocessing holds the classes, channels, native image size and the training
 images' mean and std, so ``zoo.load_run`` needs no data; ``zoo evaluate`` writes ``predictions/<split>.jsonl``
@@ -38,8 +45,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.errors import check_bool, check_int, check_number, check_positive, check_probability, unknown_name
-from tasks.cifar.augment import crop_flip, draw_crop_flip
+from tasks.cifar.augment import (
+    POLICIES,
+    apply_policy,
+    augment_seed,
+    crop_flip,
+    draw_crop_flip,
+    draw_mix,
+    mix_images,
+    mix_targets,
+    policy_transform,
+)
 from tasks.cifar.datasets import DATASETS, IMAGE_SIZE, channel_stats, load_images, stratified_split
+from tasks.cifar.distill import Teacher, needs_teacher, objective_loss
 from tasks.cifar.reference import REFERENCE_MODELS
 from tasks.cifar.report import attention_heatmaps, class_scores, most_confused, plot_attention, plot_confusion
 from tasks.config import TrainConfig
@@ -51,6 +69,11 @@ from tasks.task import Task
 SPLIT_SEED = 0  # the held-out validation images do not move with --seed, so seeds are compared on one split
 # what run.json's preprocessing holds (see CifarTask.preprocessing); "source" is informative only
 PREPROCESSING_KEYS = ("dataset", "class_names", "in_channels", "image_size", "native_size", "mean", "std")
+
+# DeiT's recipe options with every variant's default: off, unless a variant's entry here turns one on. Measured on
+# the embedded data with `zoo lab small-data` (see its lesson.md): what helps a distilled ViT on a CPU budget.
+RECIPE_OFF: dict[str, Any] = {"augment": "none", "mixup": 0.0, "cutmix": 0.0}
+RECIPE_DEFAULTS: dict[str, dict[str, Any]] = {"deit": {"augment": "trivialaugment"}}
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +96,13 @@ class CifarConfig(TrainConfig):
     # For CIFAR use --crop-padding 4 --flip true.
     crop_padding: int = 0  # random-crop padding in pixels; 0 disables cropping
     flip: bool = False  # random horizontal flips
+    augment: str = "auto"  # per-image policy: none, randaugment, trivialaugment; auto: the variant's default
+    randaugment_ops: int = 2  # RandAugment's operations per image (DeiT: 2)
+    randaugment_magnitude: int = 9  # RandAugment's strength, 0-30 (DeiT: 9)
+    mixup: float | None = None  # MixUp's Beta(a, a), 0 off (DeiT: 0.8); None: the variant's default (0)
+    cutmix: float | None = None  # CutMix's Beta(a, a), 0 off (DeiT: 1.0); None: the variant's default (0)
+    repeated_augment: int = 1  # copies of each image in its batch, augmented apart (DeiT: 3); 1 off
+    teacher: str | None = None  # a finished cifar run (its folder) that a distilling variant (deit) learns from
     eval_batch_size: int = 500  # images per forward pass at evaluation
     attention_images: int = 6  # test images shown with their attention maps in the report
 
@@ -89,6 +119,33 @@ class CifarConfig(TrainConfig):
         check_positive("attention_images", self.attention_images, allow_zero=True)
         for name in ("download", "flip"):
             check_bool(name, getattr(self, name))
+        recipe = {**RECIPE_OFF, **RECIPE_DEFAULTS.get(self.variant, {})}  # "auto" / None: the variant's default
+        self.augment = recipe["augment"] if self.augment == "auto" else self.augment
+        if self.augment not in POLICIES:
+            raise unknown_name("augment", self.augment, ("auto", *POLICIES))
+        for name in ("mixup", "cutmix"):
+            if getattr(self, name) is None:
+                setattr(self, name, recipe[name])
+            check_number(name, getattr(self, name), 0, 10, hint="the α of Beta(α, α); 0 turns it off")
+        check_int("randaugment_ops", self.randaugment_ops, 1, 14, hint="RandAugment chooses among 14 operations")
+        check_int("randaugment_magnitude", self.randaugment_magnitude, 0, 30, hint="RandAugment's 31 bins: 0-30")
+        check_int("repeated_augment", self.repeated_augment, 1, 16, hint="1 turns it off; DeiT uses 3")
+        if self.teacher is not None and not isinstance(self.teacher, str):
+            raise TypeError(f"teacher must be the path of a run folder, got {type(self.teacher).__name__}")
+
+    def check_paths(self) -> None:
+        """Also refuse a ``--teacher`` that is not a finished cifar run, before any data loads."""
+        super().check_paths()
+        if self.teacher is not None:
+            from tasks.run import read_run_info
+
+            try:
+                info = read_run_info(self.teacher)
+            except (FileNotFoundError, ValueError) as error:
+                raise type(error)(f"--teacher {self.teacher}: {error}") from None
+            if info["task"] != "cifar":
+                raise ValueError(f"--teacher {self.teacher} is a {info['task']} run; a teacher must be a finished "
+                                 "cifar run, e.g. the --out folder of `zoo train cifar --variant resnet18`")
 
 
 def warmup_cosine(warmup: int, total: int):
@@ -137,7 +194,12 @@ class CifarTask(Task):
         on_device = [s for s in self.arrays if s != "train" or self.restored is None]  # evaluation trains nothing
         self.images = {s: torch.from_numpy(self.arrays[s][0]).to(self.device) for s in on_device}  # (N, C, 32, 32)
         self.labels = {s: torch.from_numpy(y).long().to(self.device) for s, (_, y) in self.arrays.items()}  # (N,)
-        self._augmentation: tuple[int, Tensor, Tensor] | None = None
+        self._augmentation: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+        self._policy = policy_transform(c.augment, c.randaugment_ops, c.randaugment_magnitude)
+        self.teacher: Teacher | None = None
+        if c.teacher is not None and self.restored is None:  # a finished run is used without its teacher
+            self.teacher = Teacher(c.teacher, self.device, self.class_names, self.in_channels)
+            self._preprocessing["teacher"] = self.teacher.describe()
 
     def _use(self, preprocessing: dict[str, Any]) -> None:
         """Adopt ``preprocessing`` (fitted by ``setup`` or read from run.json): classes, channels, normalisation."""
@@ -169,7 +231,7 @@ class CifarTask(Task):
                         data.class_names[:4], self.class_names[:4])
 
     def inputs(self, images: Tensor) -> Tensor:
-        """uint8 images to the model's normalised float input.
+        """uint8 images (or float ones on the [0, 1] scale) to the model's normalised float input.
 
         Shape:
             (B, C, H, W) uint8 -> (B, C, H, W) float32.
@@ -183,7 +245,17 @@ class CifarTask(Task):
         return self.decided_overrides(decided, f"the data ({self.dataset_name})")
 
     def build_model(self) -> nn.Module:
-        return self.build_variant(self.model_overrides(), *self.reference_args())
+        """The model to train; refuses a variant that distills without ``--teacher`` (and drops an unused one)."""
+        model = self.build_variant(self.model_overrides(), *self.reference_args())
+        wanted = needs_teacher(model)
+        if wanted and getattr(self, "teacher", None) is None:
+            raise ValueError(f"variant {self.config.variant!r} learns from a teacher's predictions: pass --teacher "
+                             "RUN, a finished cifar run (e.g. of --variant resnet18), or --model-set distillation=none")
+        if not wanted and getattr(self, "teacher", None) is not None:
+            log.warning("--teacher %s is not used: %s's objective has no teacher term", self.config.teacher,
+                        self.config.variant)
+            self.teacher = None
+        return model
 
     def reference_args(self) -> tuple[int, int]:
         return self.in_channels, self.num_classes
@@ -203,30 +275,85 @@ class CifarTask(Task):
         return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(self.config.warmup, total_steps))
 
     # --- training ------------------------------------------------------------------------------------
-    def train_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
-        """Shuffled batches of rows ``(image index, epoch)``: the epoch keys each image's augmentation."""
-        return self.shuffled_batches(len(self.labels["train"]), epoch, self.dist.world)  # every rank needs an image
+    def train_batches(self, epoch: int) -> list[list[tuple[int, ...]]]:
+        """Shuffled batches of rows ``(image index, epoch)``: the epoch keys each image's augmentation. With
+        ``repeated_augment`` k > 1, rows ``(image index, epoch, copy)``: an epoch holds as many rows as images,
+        N / k images k times each, the copies side by side in one batch (Hoffer et al. 2020)."""
+        n, k = len(self.labels["train"]), self.config.repeated_augment
+        if k == 1:
+            return self.shuffled_batches(n, epoch, self.dist.world)  # every rank needs an image
+        batches = self.shuffled_batches(-(-n // k), epoch, 0)  # the images of this epoch, in shuffled order
+        rows = [(i, epoch, r) for batch in batches for i, _ in batch for r in range(k)][:n]
+        size = self.config.batch_size
+        out = [rows[j : j + size] for j in range(0, len(rows), size)]
+        if len(out) > 1 and len(out[-1]) < self.dist.world:
+            out.pop()
+        return out
 
-    def augmentation(self, epoch: int) -> tuple[Tensor, Tensor]:
-        """Crop offsets (N, 2) and flips (N,) of every training image in ``epoch``, drawn from (seed, epoch)."""
-        if self._augmentation is None or self._augmentation[0] != epoch:
+    def augmentation(self, epoch: int, copy: int = 0) -> tuple[Tensor, Tensor]:
+        """Crop offsets (N, 2) and flips (N,) of every training image in ``epoch`` (its ``copy``-th copy under
+        repeated augmentation), drawn from (seed, epoch, copy)."""
+        if (epoch, copy) not in self._augmentation:
             c = self.config
-            gen = torch.Generator().manual_seed(c.seed * 100_003 + epoch + 7_919)  # apart from the batch order
-            offsets, flips = draw_crop_flip(len(self.labels["train"]), c.crop_padding, c.flip, gen, self.device)
-            self._augmentation = (epoch, offsets, flips)
-        return self._augmentation[1], self._augmentation[2]
+            self._augmentation = {key: v for key, v in self._augmentation.items() if key[0] == epoch}
+            gen = torch.Generator().manual_seed(c.seed * 100_003 + epoch + 7_919  # apart from the batch order
+                                                + copy * 1_000_003)
+            self._augmentation[epoch, copy] = draw_crop_flip(len(self.labels["train"]), c.crop_padding, c.flip, gen,
+                                                             self.device)
+        return self._augmentation[epoch, copy]
 
-    def loss(self, model: nn.Module, rows: Sequence[tuple[int, int]]) -> tuple[Tensor, float]:
-        epochs = {e for _, e in rows}
+    def augmented(self, index: list[int], copies: list[int], epoch: int) -> Tensor:
+        """Training images ``index`` as augmented in ``epoch``: crop and flip, then the per-image policy.
+
+        Shape:
+            -> (B, C, 32, 32) uint8 on the task's device.
+        """
+        c = self.config
+        idx = torch.tensor(index, dtype=torch.long, device=self.device)
+        params = [self.augmentation(epoch, r) for r in sorted(set(copies))]
+        if len(params) == 1:
+            offsets, flips = params[0][0][idx], params[0][1][idx]
+        else:  # several copies in one batch: each row takes its copy's draw
+            by_copy = dict(zip(sorted(set(copies)), params))
+            offsets = torch.stack([by_copy[r][0][i] for i, r in zip(index, copies)])
+            flips = torch.stack([by_copy[r][1][i] for i, r in zip(index, copies)])
+        images = crop_flip(self.images["train"][idx], c.crop_padding, offsets, flips)
+        if self._policy is not None:
+            seeds = [augment_seed(c.seed, epoch, i, r, stream=1) for i, r in zip(index, copies)]
+            images = apply_policy(images, seeds, self._policy).to(self.device)
+        return images
+
+    def training_batch(self, rows: Sequence[tuple[int, ...]]) -> tuple[Tensor, Tensor]:
+        """The augmented images of ``rows`` and their targets: labels, or soft targets of MixUp / CutMix (each
+        image mixed with a partner drawn from its own seed, the partner augmented as in this epoch).
+
+        Shape:
+            -> images (B, C, 32, 32): uint8, or float on the [0, 1] scale when mixed; targets (B,) long or (B, K).
+        """
+        c = self.config
+        epochs = {row[1] for row in rows}
         if len(epochs) != 1:
             raise ValueError(f"a batch must come from one epoch, got rows of epochs {sorted(epochs)}")
-        index = torch.tensor([i for i, _ in rows], dtype=torch.long, device=self.device)
-        offsets, flips = self.augmentation(epochs.pop())
-        images = crop_flip(self.images["train"][index], self.config.crop_padding, offsets[index], flips[index])
-        logits = model(self.inputs(images))  # (B, K)
-        loss = F.cross_entropy(logits.float(), self.labels["train"][index], reduction="sum",
-                               label_smoothing=self.config.label_smoothing)
-        return loss, float(len(rows))
+        epoch = epochs.pop()
+        index, copies = [row[0] for row in rows], [row[2] if len(row) > 2 else 0 for row in rows]
+        images = self.augmented(index, copies, epoch)
+        labels = self.labels["train"][torch.tensor(index, dtype=torch.long, device=self.device)]  # (B,)
+        if not (c.mixup or c.cutmix):
+            return images, labels
+        seeds = [augment_seed(c.seed, epoch, i, r, stream=2) for i, r in zip(index, copies)]
+        mix = draw_mix(seeds, len(self.labels["train"]), c.mixup, c.cutmix, IMAGE_SIZE)
+        partners = mix["partner"].tolist()
+        to_float = self.normalize.transforms[0]  # uint8 -> [0, 1], as the normalisation does
+        mixed = mix_images(to_float(images), to_float(self.augmented(partners, copies, epoch)), mix)
+        partner_labels = self.labels["train"][mix["partner"].to(self.device)]
+        return mixed, mix_targets(labels, partner_labels, mix["lam"], self.num_classes)
+
+    def loss(self, model: nn.Module, rows: Sequence[tuple[int, ...]]) -> tuple[Tensor, float]:
+        """The objective (:func:`tasks.cifar.distill.objective_loss`) summed over the rows' images, and their count."""
+        images, targets = self.training_batch(rows)
+        output = model(self.inputs(images))  # (B, K)
+        teacher = self.teacher.predict(images) if getattr(self, "teacher", None) is not None else None
+        return objective_loss(model, output, targets, teacher, self.config.label_smoothing), float(len(rows))
 
     # --- evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -287,6 +414,11 @@ class CifarTask(Task):
                  f"{self.dataset_name} from {self.data.source}: {n['train']} training, {n['valid']} validation "
                  f"({'held out of train' if c.valid_fraction else 'the test split'}), {n['test']} test images, "
                  f"{self.num_classes} classes, {self.in_channels} channel(s) at {IMAGE_SIZE}×{IMAGE_SIZE}.", ""]
+        teacher = self._preprocessing.get("teacher")
+        if teacher:
+            top1 = f", test top-1 {teacher['test_top1']:.4f}" if teacher.get("test_top1") is not None else ""
+            lines += [f"Distilled from the teacher {teacher['path']} ({teacher['variant']}{top1}); "
+                      "the model predicts without it.", ""]
         results, details, first_preds = {}, [], None
         for split in splits:
             logits, losses = self.predict(model, split, list(range(n[split])))
