@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -11,7 +12,9 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+import tasks.medseg.phantom_nifti as phantom_nifti
 from tasks.cli import main
+from tasks.medseg.data import load_medseg
 from tasks.medseg.phantom_nifti import write_phantom_nifti
 from tests.test_medseg_nifti import _rewrite_json, anatomy, decathlon, lps_affine, nnunet, save
 
@@ -155,3 +158,16 @@ def test_bad_inputs_get_one_line_errors(root, tmp_path, capsys):
         assert err.startswith("zoo train: error: ") and "\n" not in err, (name, err)
         assert re.search(message, err), (name, err)
         assert not (tmp_path / "out").exists(), name  # refused before anything was written
+
+
+def test_dataset_phantom_nifti_writes_and_reads_the_phantom_folder(root, tmp_path, monkeypatch):
+    tiny = functools.partial(phantom_nifti.write_phantom_nifti, slices=6, size=(32, 36), train_cases=TRAIN[:2],
+                             test_cases=("case0001",))  # the default phantom, smaller
+    monkeypatch.setattr(phantom_nifti, "write_phantom_nifti", tiny)
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path))
+    for dataset, layout in (("phantom-nifti", "decathlon"), ("phantom-nnunet", "nnunet")):
+        data = load_medseg(None, dataset)
+        assert data.nifti.layout == layout and data.name == "PhantomAbdomen" and len(data.test) == 1
+        assert data.source == str(phantom_nifti.default_phantom_nifti_dir(layout))
+    with pytest.raises(ValueError, match="writes the phantom as a NIfTI folder itself; leave out --data"):
+        load_medseg(root / "pairs", "phantom-nifti")
