@@ -14,6 +14,11 @@ from typing import Any
 from tasks.records import _plain
 from tasks.report import markdown_table
 
+COST_LINE = ("- Cost: GFLOPs = forward FLOPs of one input at the task's size (zoo diff's counter: 2·MACs of "
+             "matmuls, convolutions and attention); steps = optimizer steps; train PFLOPs (FLOP budgets) = 3 × "
+             "the forward FLOPs of every step's batches; items/s and wall s = training throughput and time. "
+             "All means over seeds.")
+
 
 def _num(value: float | None, signed: bool = False) -> str:
     if value is None:
@@ -155,7 +160,7 @@ def write_comparison(comparison: dict[str, Any], out: Path) -> str:
     plot_metric_vs_cost(comparison, out / "metric_vs_cost.png")
     table = main_table(comparison)
     lines = [f"# {comparison['title']}", "", comparison["preamble"], "", table, "",
-             *explain_tests(comparison, ("headline",)), ""]
+             *explain_tests(comparison, ("headline",)), COST_LINE, ""]
     secondary = [k for k, m in comparison["metrics"].items() if m["role"] == "secondary"]
     if secondary:
         lines += ["## Other metrics", "", metric_table(comparison, secondary), "",

@@ -81,21 +81,24 @@ def group_by_variant(results: list[RunResult]) -> dict[str, list[RunResult]]:
     """Runs grouped by run.json ``variant`` (first appearance first): the runs of a group are its seeds.
 
     Runs of one variant trained with different ``--model-set`` overrides (e.g. an ablation's) are different
-    models and are refused; so is a folder given twice.
+    models and are refused; so are two folders of one training run (a run and its evaluation, or a folder
+    given twice): each run is one seed.
     """
     groups: dict[str, list[RunResult]] = {}
     for result in results:
         groups.setdefault(result.variant, []).append(result)
     for name, runs in groups.items():
-        first = runs[0]
-        for other in runs[1:]:
-            a, b = first.info["config"].get("model") or {}, other.info["config"].get("model") or {}
+        first, trained = runs[0], {}
+        for run in runs:
+            a, b = first.info["config"].get("model") or {}, run.info["config"].get("model") or {}
             if a != b:
                 keys = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
-                raise ValueError(f"runs {first.path} and {other.path} are both {name!r} but with different model "
+                raise ValueError(f"runs {first.path} and {run.path} are both {name!r} but with different model "
                                  f"overrides ({', '.join(keys)}); compare them in separate invocations")
-            if other.path.resolve() == first.path.resolve():
-                raise ValueError(f"run {other.path} is given twice; each run counts as one seed")
+            seen = trained.setdefault(run.run_path.resolve(), run)
+            if seen is not run:
+                raise ValueError(f"{seen.path} and {run.path} come from the same training run ({run.run_path}); each "
+                                 "run counts as one seed: give one folder per run")
     return groups
 
 

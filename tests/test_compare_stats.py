@@ -113,6 +113,8 @@ def test_runs_flags_and_baseline_errors(trained, capsys):
         compare_runs("cifar", [out / "linear-seed0"], out.parent / "z")
     with pytest.raises(ValueError, match="is a cifar run, not a medseg one"):
         compare_runs("medseg", [out / "linear-seed0"], out.parent / "z", baseline="linear")
+    with pytest.raises(ValueError, match="come from the same training run"):
+        compare_runs("cifar", [out / "vit-seed0", out / "vit-seed0"], out.parent / "z")
     with pytest.raises(FileNotFoundError, match="neither a run folder"):
         read_result(out)  # the comparison's own folder is no run
 
