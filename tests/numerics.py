@@ -45,17 +45,3 @@ def assert_close_fp64(actual, expected, tolerance: dict[str, float] = FP64, **kw
             raise TypeError(f"{name} is {value.dtype}: build and run both paths under tests.numerics.float64()")
     assert_close(actual, expected, **{**tolerance, **kwargs})
 
-
-def assert_close_scaled(actual: torch.Tensor, expected: torch.Tensor, *, depth: int = 1, ulps: float = 64.0,
-                        **kwargs) -> None:
-    """``assert_close`` for two float32 (or lower) paths that cannot run in float64: the tolerance is ``ulps``
-    units of the dtype's rounding, times ``depth`` (roughly: layers between input and output, each adding its
-    own rounding), times the size of the quantity (its largest absolute value), both absolute and relative.
-
-    The default of 64 ulps per layer is ~10x what the AVX2/AVX-512 kernels were measured to differ by; a real
-    bug moves values by a fraction of their size, i.e. ~1e5 ulps or more.
-    """
-    eps = torch.finfo(expected.dtype).eps
-    scale = float(expected.detach().abs().max()) if expected.numel() else 1.0
-    tol = ulps * depth * eps
-    assert_close(actual, expected, rtol=tol, atol=tol * max(scale, 1.0), **kwargs)

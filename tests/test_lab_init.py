@@ -25,7 +25,9 @@ def test_reinit_qkv_redraws_only_the_qkv_weights():
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory):
     out = tmp_path_factory.mktemp("init")
-    return out, run_lesson("init", LabSettings(out, quick=True, scale=0.05, progress=False))
+    # 60 steps: the std-1.0 arm's final loss is chaotic (at 15 steps it ended 0.11-0.15 above the std-0.02 fix, varying
+    # by 0.04 with the CPU's kernels); at 60 it ends 0.73-0.76 above them, varying by 0.013.
+    return out, run_lesson("init", LabSettings(out, quick=True, scale=0.2, progress=False))
 
 
 def test_large_variance_saturates_attention_at_step_zero(lesson):

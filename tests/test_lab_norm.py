@@ -55,7 +55,7 @@ def test_reduced_lesson_keeps_the_direction(tmp_path, monkeypatch):
     for depth in ("2", "6"):
         assert f["init_grad_ratio"]["Post-LN"][depth] > f["init_grad_ratio"]["Pre-LN"][depth]
     deepest = {p: f["runs"][f"{p} depth 6 constant"]["final_loss"] for p in norm.PLACEMENTS}
-    assert deepest["Pre-LN"] < deepest["Post-LN"]
+    assert deepest["Pre-LN"] < deepest["Post-LN"]  # by 0.055; the same to 1e-6 under AVX2, AVX-512, 1 or 2 threads
     assert result.holds
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "result.json").exists()
     assert result.figures == ["norm_loss.png", "norm_grads.png"]

