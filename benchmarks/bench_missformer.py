@@ -1,7 +1,7 @@
-"""Side-by-side CPU benchmark of our MISSFormer against MONAI's SwinUNETR, in one process.
+"""Side-by-side CPU benchmark of our MISSFormer against MONAI's SwinUNETR and the official code, in one process.
 
 Run: ``.venv/bin/python benchmarks/bench_missformer.py [--quick] [--threads N] [--rounds R] [--batch B]
-[--clock wall|cpu]``.
+[--clock wall|cpu] [--official DIR]``.
 
 What is measured (float32, CPU, train mode): one training step — forward, pixel-wise cross-entropy,
 backward, AdamW step — on a fixed batch of B (8) random 1×96×96 slices with 9 classes, the medseg task's
@@ -16,6 +16,16 @@ The two are different architectures, so there is no target: the table gives medi
 the medians, and each model's throughput in images/s; the closing line gives the throughput ratio
 MISSFormer / SwinUNETR (above 1: ours trains faster per image).
 
+**Against the official code** (``--official DIR``, a checkout of github.com/ZhifangDeng/MISSFormer: the folder
+holding ``networks/MISSFormer.py``; the project never fetches it, and without it the row is skipped with a
+message): the same training step on B (2) random 1×224×224 slices for the official ``MISSFormer(num_classes=9)``
+and our ``paper`` preset, with identical weights (the official model's initial state dict loaded into ours by
+``zoo.missformer.load_official_weights``); max |Δ logits| between the two in eval mode is printed. The official
+ReMix-FFN (``MixFFN_skip``) computes its first linear layer twice per call, and the official model builds
+7.0 M parameters its forward never uses (``norm2``/``norm3`` of every ReMix-FFN, the deepest decoder stage's
+``concat_linear`` and Transformer blocks); ours does neither. Target: our throughput >= 1.15× the official
+(ours/peer ms <= 0.87).
+
 Timing by ``bench_core.time_pair``: warm-up steps, then R rounds alternating
 ours/peer (the order flips every round); ``--clock cpu`` times the CPU time of this process, which other
 processes on a shared machine do not inflate (use it with ``--threads 1``). On a loaded machine two threads
@@ -26,12 +36,14 @@ These are measurements, not tests: nothing is asserted, exit code 0.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import platform
 import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -39,8 +51,12 @@ from bench_core import CLOCKS, HEADER, Row, print_row, summarise, time_pair, tim
 from torch import Tensor, nn
 
 import zoo
+from zoo.missformer import load_official_weights
 
 IMAGE, CHANNELS, CLASSES = 96, 1, 9
+OFFICIAL_IMAGE, OFFICIAL_BATCH, OFFICIAL_TARGET = 224, 2, 1 / 1.15  # ours/official ms <= 0.87: >= 1.15x throughput
+SKIPPED = ("official MISSFormer row skipped: pass --official DIR, a checkout of github.com/ZhifangDeng/MISSFormer "
+           "(the folder holding networks/MISSFormer.py; the project never fetches it)")
 
 
 def build_pair(feature_size: int) -> tuple[nn.Module, nn.Module]:
@@ -85,6 +101,40 @@ def bench(feature_size: int, batch: int, warmup: int, rounds: int, clock: Callab
                           f"{params(peer)})")
 
 
+def load_official(directory: Path) -> type[nn.Module]:
+    """The ``MISSFormer`` class of an official checkout (its ``networks`` folder is imported as a package)."""
+    sys.path.insert(0, str(directory))
+    try:
+        return importlib.import_module("networks.MISSFormer").MISSFormer
+    finally:
+        sys.path.remove(str(directory))
+
+
+def bench_official(directory: Path, warmup: int, rounds: int, clock: Callable[[], float]) -> Row:
+    """Our ``paper`` preset vs the official model, same weights, training step at 224×224."""
+    torch.manual_seed(0)
+    official = load_official(directory)(num_classes=CLASSES)
+    variant = zoo.get_variant("missformer", "medseg")
+    ours = variant.build(variant.config("paper", num_classes=CLASSES))
+    unused = load_official_weights(ours, official.state_dict())  # the official keys its forward never reads
+    never_used = sum(official.state_dict()[k].numel() for k in unused) / 1e6
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(OFFICIAL_BATCH, CHANNELS, OFFICIAL_IMAGE, OFFICIAL_IMAGE, generator=gen)
+    labels = torch.randint(0, CLASSES, (OFFICIAL_BATCH, OFFICIAL_IMAGE, OFFICIAL_IMAGE), generator=gen)
+    ours.eval()
+    official.eval()
+    with torch.no_grad():
+        diff = (ours(images) - official(images)).abs().max().item()
+    ours.train()
+    official.train()
+    samples = time_pair(training_step(ours, images, labels), training_step(official, images, labels), warmup,
+                        rounds, clock)
+    name = f"train step B{OFFICIAL_BATCH} 1x{OFFICIAL_IMAGE}x{OFFICIAL_IMAGE} vs official MISSFormer"
+    row = timed_row(name, samples, OFFICIAL_TARGET)
+    return print_row(row, f"({row.peer / row.ours:.2f}x the official throughput, target >= 1.15x; eval max|Δ logits| "
+                          f"{diff:.1e}; params {params(ours)} vs {params(official)}, {never_used:.1f}M never used)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, only SwinUNETR feature size 12")
@@ -93,7 +143,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=8, help="slices per step (8)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall: perf_counter (default); cpu: process CPU time, robust on a shared machine")
-    return parser.parse_args(argv)
+    parser.add_argument("--official", type=Path, default=None, metavar="DIR",
+                        help="a checkout of github.com/ZhifangDeng/MISSFormer: adds the same-weights row at 224x224")
+    parser.add_argument("--skip-swin", action="store_true", help="leave out the SwinUNETR rows")
+    args = parser.parse_args(argv)
+    if args.official is not None and not (args.official / "networks" / "MISSFormer.py").is_file():
+        parser.error(f"--official {args.official}: no networks/MISSFormer.py there; pass the folder of a checkout "
+                     "of github.com/ZhifangDeng/MISSFormer")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,8 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     warmup = 1 if args.quick else 2
     start = time.perf_counter()
     print_preamble(warmup, rounds, args.clock)
-    rows = [bench(f, args.batch, warmup, rounds, CLOCKS[args.clock]) for f in ((12,) if args.quick else (12, 24))]
-    for row in rows:
+    clock = CLOCKS[args.clock]
+    sizes = () if args.skip_swin else (12,) if args.quick else (12, 24)
+    rows = [bench(f, args.batch, warmup, rounds, clock) for f in sizes]
+    if args.official is None:
+        print(SKIPPED)
+    else:
+        rows.append(bench_official(args.official, warmup, rounds, clock))
+    for row in rows[: len(sizes)]:
         print(f"{row.name}: MISSFormer / SwinUNETR throughput = {row.peer / row.ours:.2f}")
     summarise(rows, start)
     return 0
@@ -116,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
 def print_preamble(warmup: int, rounds: int, clock: str) -> None:
     print(f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads (os.cpu_count "
           f"{os.cpu_count()}), float32 CPU, {warmup} warm-up + {rounds} rounds, medians, {clock} clock")
-    print("step = forward + cross-entropy + backward + AdamW; ours = MISSFormer cpu preset, peer = MONAI SwinUNETR")
+    print("step = forward + cross-entropy + backward + AdamW; ours = MISSFormer cpu preset vs MONAI SwinUNETR at "
+          f"{IMAGE}x{IMAGE}; paper preset vs the official code (same weights) at {OFFICIAL_IMAGE}x{OFFICIAL_IMAGE}")
     print("IQR: the larger interquartile range / median of the two timings (noise)\n")
     print(HEADER + "\n" + "-" * len(HEADER))
 
