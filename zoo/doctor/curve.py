@@ -163,7 +163,8 @@ def _shape_findings(result: CheckResult, series: list[float], start: int, rise: 
             cause = "a rate far too large (the model settles on a plateau) or far too small"
             fix = "try --lr 10× lower and 3× higher; check that gradients reach every layer (the init check)"
         where = f"; the unigram plateau is {plateau:.3f}" if plateau is not None else ""
-        result.add(Finding("curve", "loss stuck at or above the unigram plateau" if on_plateau else "loss does not fall",
+        problem = "loss stuck at or above the unigram plateau" if on_plateau else "loss does not fall"
+        result.add(Finding("curve", problem,
                            f"{first:.3f} → {final:.3f} over {len(series)} {unit}{where}", cause, fix, "error",
                            final / (plateau - PLATEAU_MARGIN) if on_plateau else final / first,
                            1.0 if on_plateau else STUCK))
