@@ -221,8 +221,8 @@ def test_train_deit_with_a_teacher_then_use_it_without(teacher_run, tmp_path):
     teacher_copy = tmp_path / "teacher"
     shutil.copytree(teacher_dir, teacher_copy)
     out = tmp_path / "deit"
-    summary = Trainer(CifarTask, _config(root, teacher=str(teacher_copy), out=str(out), mixup=0.8, cutmix=1.0,
-                                         repeated_augment=2)).fit()
+    summary = Trainer(CifarTask, _config(root, teacher=str(teacher_copy), out=str(out), augment="trivialaugment",
+                                         mixup=0.8, cutmix=1.0, repeated_augment=2)).fit()
     info = json.loads((out / "run.json").read_text())
     assert info["config"]["teacher"] == str(teacher_copy) and info["config"]["augment"] == "trivialaugment"
     recorded = info["preprocessing"]["teacher"]
@@ -234,10 +234,10 @@ def test_train_deit_with_a_teacher_then_use_it_without(teacher_run, tmp_path):
     assert metrics == summary["final"]
 
 
-def test_recipe_defaults_are_per_variant_and_validated():
-    assert CifarConfig(variant="vit").augment == "none" and CifarConfig(variant="vit").mixup == 0.0
-    assert CifarConfig(variant="deit").augment == "trivialaugment"
-    assert CifarConfig(variant="deit", augment="none").augment == "none"
+def test_recipe_is_off_by_default_and_validated():
+    for variant in ("vit", "deit"):
+        config = CifarConfig(variant=variant)
+        assert (config.augment, config.mixup, config.cutmix, config.repeated_augment) == ("none", 0.0, 0.0, 1)
     with pytest.raises(ValueError, match="Did you mean 'randaugment'"):
         CifarConfig(augment="randaugmnt")
     with pytest.raises(ValueError, match="repeated_augment"):
