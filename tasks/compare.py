@@ -137,7 +137,7 @@ def _cost(task_name: str, runs: list[RunResult], parts: str | None) -> dict[str,
             "params": trained[0]["parameters"] if trained else sum(p.numel() for p in run.model.parameters()),
             "GFLOPs": flops / 1e9,
             "steps": _mean([t["history"][-1]["step"] for t in trained if t["history"]]),
-            "train_PFLOPs": None if not spent or None in spent else _mean(spent) / 1e15,
+            "train_TFLOPs": None if not spent or None in spent else _mean(spent) / 1e12,
             "items/s": _mean([t["items_per_s"] for t in trained]),
             "wall s": _mean([t["train_seconds"] for t in trained])}
 

@@ -15,7 +15,7 @@ from tasks.records import _plain
 from tasks.report import markdown_table
 
 COST_LINE = ("- Cost: GFLOPs = forward FLOPs of one input at the task's size (zoo diff's counter: 2·MACs of "
-             "matmuls, convolutions and attention); steps = optimizer steps; train PFLOPs (FLOP budgets) = 3 × "
+             "matmuls, convolutions and attention); steps = optimizer steps; train TFLOPs (FLOP budgets) = 3 × "
              "the forward FLOPs of every step's batches; items/s and wall s = training throughput and time. "
              "All means over seeds.")
 
@@ -50,18 +50,18 @@ def main_table(comparison: dict[str, Any]) -> str:
     effect = f"Δ vs {comparison['reference']}" if kind == "compare" else "bought by the change"
     verdict = "verdict" if kind == "compare" else "with the change vs without"
     secondary = [k for k, m in comparison["metrics"].items() if m["role"] == "secondary"]
-    flops = any(r.get("train_PFLOPs") is not None for r in comparison["rows"])
+    flops = any(r.get("train_TFLOPs") is not None for r in comparison["rows"])
     rows = []
     for r in comparison["rows"]:
         stat = r["metrics"][key]
         row = {"variant": r["variant"], "parts changed": r["parts changed"], "params": r["params"],
                "GFLOPs": r["GFLOPs"], "steps": r["steps"]}
         if flops:
-            row["train PFLOPs"] = r.get("train_PFLOPs")
+            row["train TFLOPs"] = r.get("train_TFLOPs")
         row.update({f"{_title(meta)} [95% CI]": with_interval(stat["mean"], stat["ci95"]),
                     f"{effect} [95% CI]": with_interval(stat.get("delta"), stat.get("delta_ci95"), signed=True),
                     "p": p_text(stat.get("p_value")), "p (Holm)": p_text(stat.get("p_value_holm")),
-                    verdict: r["verdict"]})
+                    verdict: r["verdict"], "seeds agreeing": stat.get("seeds_agree", "–")})
         for k in secondary:
             row[_title(comparison["metrics"][k])] = r["metrics"].get(k, {}).get("mean")
         row.update({"items/s": r["items/s"], "wall s": r["wall s"]})
@@ -81,7 +81,7 @@ def metric_table(comparison: dict[str, Any], keys: list[str]) -> str:
                          "mean [95% CI]": with_interval(stat["mean"], stat["ci95"]),
                          "Δ [95% CI]": with_interval(stat["delta"], stat["delta_ci95"], signed=True),
                          "p": p_text(stat["p_value"]), "p (Holm)": p_text(stat["p_value_holm"]),
-                         "verdict": stat["verdict"]})
+                         "verdict": stat["verdict"], "seeds agreeing": stat["seeds_agree"]})
     return markdown_table(rows)
 
 
@@ -95,7 +95,9 @@ def explain_tests(comparison: dict[str, Any], roles: tuple[str, ...]) -> list[st
                          f"{'; '.join(meta['tests'])}.")
     lines.append(f"- p-values Holm-corrected over the {n} comparison(s) of each metric; verdicts at "
                  f"α = {comparison['alpha']:g}. Δ intervals: percentile intervals of the same paired bootstrap. "
-                 f"Intervals of the means: {comparison['ci95_method']}.")
+                 f"Intervals of the means: {comparison['ci95_method']}. The tests measure test-set noise; "
+                 "'seeds agreeing' counts the seeds whose Δ alone (against the reference's mean on the same "
+                 "data) has the sign of the mean Δ: a verdict whose seeds disagree rests on too few seeds.")
     return lines
 
 

@@ -188,15 +188,24 @@ def task_metrics(task: str, info: dict, splits: set[str]) -> list[PairedMetric]:
 
 
 # --- the comparison ----------------------------------------------------------------------------------
+BY_SEED = " by seed"  # suffix of a test whose seeds were scored on different data (strata)
+
+
 def describe_test(metric: PairedMetric, test: str, resamples: int = RESAMPLES) -> str:
-    """One line saying what ``test`` (as recorded in a row) computed for ``metric``."""
+    """One line saying what ``test`` (as recorded in a row, ``" by seed"`` appended when the seeds' data
+    differ) computed for ``metric``."""
+    base = test.removesuffix(BY_SEED)
     what = {"bootstrap": f"paired bootstrap of the test set ({resamples} resamples drawn as sacreBLEU's paired_bs, "
                          f"the same for every variant; {metric.title} averaged over seeds in each; p from the "
                          "shifted resampled Δ)",
             "mcnemar exact": "McNemar's exact test on per-image correctness",
             "sign-flip": f"sign-flip randomisation test ({FLIPS} flips) on per-image correctness averaged over seeds",
-            "wilcoxon": f"Wilcoxon signed-rank test (SciPy) on per-case {metric.title} averaged over seeds"}
-    return what[test]
+            "wilcoxon": f"Wilcoxon signed-rank test (SciPy) on per-case {metric.title} averaged over seeds"}[base]
+    if base != test:
+        what += ("; each seed was scored on its own data (the task's data follow the seed), so each seed is "
+                 "paired with the reference's run on the same data: Δ is the mean of the per-seed Δ, the bootstrap "
+                 "resamples each seed's test set, per-example tests pool the seeds' examples")
+    return what
 
 
 def paired_statistics(metric: PairedMetric, runs: dict[str, list[tuple[str, np.ndarray]]],
@@ -218,7 +227,9 @@ def paired_statistics(metric: PairedMetric, runs: dict[str, list[tuple[str, np.n
 
     Returns:
         label -> ``{"mean", "ci95", "ci95_method", "per_seed"}``, and for the rows of ``pairs`` also
-        ``"delta", "delta_ci95", "p_value", "p_value_holm", "verdict", "test"``.
+        ``"delta", "delta_ci95", "p_value", "p_value_holm", "verdict", "test"``, ``"seed_deltas"`` (each seed
+        of the row alone against the other side's mean on the same data) and ``"seeds_agree"`` ("k/n": the
+        seeds whose Δ has the sign of the mean Δ).
     """
     strata = list(dict.fromkeys(h for group in runs.values() for h, _ in group))
     by = {label: {h: [s for g, s in group if g == h] for h in strata} for label, group in runs.items()}
@@ -251,16 +262,35 @@ def paired_statistics(metric: PairedMetric, runs: dict[str, list[tuple[str, np.n
         deltas = np.mean([boot[a][h] - boot[b][h] for h in shared], axis=0)  # (B,)
         delta = float(np.mean([observed[a][h] - observed[b][h] for h in shared]))
         p, test = _paired_test(metric, by[a], by[b], shared, deltas, delta)
+        test += BY_SEED if len(shared) > 1 else ""
         ci = percentile_interval(deltas)
-        result = {"delta": delta, "delta_ci95": list(ci) if ci else None, "p_value": p, "test": test}
+        result = {"delta": delta, "delta_ci95": list(ci) if ci else None, "p_value": p, "test": test,
+                  "seed_deltas": _seed_deltas(metric, by, row, a, b, shared)}
         if metric.test == "wilcoxon" and metric.role == "headline":  # few cases: kept for the per-case plot
             value_a, value_b = example_values(metric, by[a], by[b], shared)
             result["per_case"] = {"row": value_a.tolist(), "reference": value_b.tolist()}
         rows.append((row, result))
     for (row, result), p_holm in zip(rows, holm([r["p_value"] for _, r in rows])):
         result.update(p_value_holm=p_holm, verdict=verdict(result["delta"], p_holm, alpha, metric.higher_is_better))
+        agree = sum(1 for d in result["seed_deltas"] if d * result["delta"] > 0 or d == result["delta"] == 0)
+        result["seeds_agree"] = f"{agree}/{len(result['seed_deltas'])}"
         out[row] = {**out[row], **result}
     return out
+
+
+def _seed_deltas(metric: PairedMetric, by: dict[str, dict[str, list[np.ndarray]]], row: str, a: str, b: str,
+                 strata: list[str]) -> list[float]:
+    """Δ of each seed of the row's group alone, against the mean of the other side's runs on the same data:
+    whether the seeds, one by one, point the way the seed-averaged Δ does (the paired tests measure
+    test-set noise, not seed noise)."""
+    def score(s: np.ndarray) -> float:
+        return float(metric.score(s.sum(0))[0])
+
+    deltas = []
+    for h in strata:
+        mean_a, mean_b = (float(np.mean([score(s) for s in by[g][h]])) for g in (a, b))
+        deltas += ([score(s) - mean_b for s in by[a][h]] if row == a else [mean_a - score(s) for s in by[b][h]])
+    return deltas
 
 
 def example_values(metric: PairedMetric, a: dict[str, list[np.ndarray]], b: dict[str, list[np.ndarray]],

@@ -189,11 +189,14 @@ def test_several_seeds_average_per_example_and_strata_pair_by_data():
     assert out["good"]["mean"] == pytest.approx((good + bad) / 2, abs=1e-12)
     assert out["good"]["ci95_method"] == "Student t over 2 seeds"
     assert out["good"]["delta"] == pytest.approx((good - bad) / 2, abs=1e-12)
+    assert out["good"]["seed_deltas"] == pytest.approx([good - bad, 0.0], abs=1e-12)
+    assert out["good"]["seeds_agree"] == "1/2"  # the second seed alone shows no difference
     # seeds scored on different data: each seed is paired with the baseline's run on the same data
     strata = {"base": [("h0", _runs(BAD)[0][1]), ("h1", _runs(GOOD)[0][1])],
               "good": [("h1", _runs(GOOD)[0][1]), ("h0", _runs(GOOD)[0][1])]}
     out = paired_statistics(metric, strata, [("good", "good", "base")])
     assert out["good"]["delta"] == pytest.approx((good - bad) / 2, abs=1e-12)  # (good − bad on h0 + 0 on h1) / 2
+    assert out["good"]["test"] == "bootstrap by seed"
     with pytest.raises(ValueError, match="not scored on the same data"):
         paired_statistics(metric, {"base": [("h0", _runs(BAD)[0][1])], "good": [("h1", _runs(GOOD)[0][1])]},
                           [("good", "good", "base")])
