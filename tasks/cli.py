@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tasks.lab.cli import add_lab_command
 
     add_lab_command(sub)
+    from tasks.doctor_command import add_doctor_command
+
+    add_doctor_command(sub)
     from tasks.check_command import add_check_command
     from tasks.scaffold import add_scaffold_command
 

@@ -25,7 +25,7 @@ from typing import Any
 from core.errors import check_bool, check_int, check_number, check_positive
 
 # Fields that may differ between a checkpoint and the run that resumes it.
-RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads"})
+RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads", "doctor"})
 
 
 @dataclass
@@ -50,6 +50,7 @@ class TrainConfig:
     num_threads: int = 0  # CPU threads for torch; 0 keeps torch's default
     resume: bool = False  # continue the run in --out from its last checkpoint
     progress: bool = True  # progress bars
+    doctor: bool = False  # examine the model before step 1 and the curve after each epoch; warnings in report.md
     model: dict[str, Any] = field(default_factory=dict)  # override a variant config field (repeatable), e.g. d_model=64
     balance_weight: float = 1e-2  # weight of the MoE load-balancing loss (models without experts: unused)
     z_weight: float = 1e-3  # weight of the MoE router z-loss
@@ -64,7 +65,7 @@ class TrainConfig:
         check_number("grad_clip", self.grad_clip, 0, hint="0 disables clipping")
         for name in ("weight_decay", "balance_weight", "z_weight"):
             check_number(name, getattr(self, name), 0)
-        for name in ("deterministic", "resume", "progress"):
+        for name in ("deterministic", "resume", "progress", "doctor"):
             check_bool(name, getattr(self, name))
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of variant config overrides, got {type(self.model).__name__}")

@@ -67,6 +67,7 @@ class Trainer:
         self.ckpt_dir = self.out / "checkpoints"
         self.history: list[dict[str, Any]] = []
         self.items_seen, self.train_seconds = 0.0, 0.0  # for throughput (this process, this session)
+        self.doctor = None  # tasks.doctor.training.TrainingDoctor with --doctor
 
     # --- helpers ---------------------------------------------------------------------------------
     @property
@@ -140,6 +141,11 @@ class Trainer:
             c.save(self.out / "config.json")
             task.save_artifacts(self.out)
             write_json_atomic(self.out / RUN_FILE, run_info(task))  # what `zoo.load_run` rebuilds the model from
+        if c.doctor and self.main:  # examines the model now (it leaves weights, gradients and RNG as they were)
+            from tasks.doctor.training import TrainingDoctor
+
+            self.doctor = TrainingDoctor(self)
+            self.doctor.start(step)
 
         if self.budget is not None:
             self.budget.start(self)
@@ -151,6 +157,8 @@ class Trainer:
                        "lr": self.optimizer.param_groups[0]["lr"], **self._evaluate("valid")}
                 row["elapsed_s"] = time.perf_counter() - start
                 self.history.append(row)
+                if self.doctor is not None:
+                    self.doctor.after_epoch(self.history)
                 epoch, batch_in_epoch = epoch + 1, 0
                 value = row[task.main_metric]
                 improved = self._is_better(value, best)
@@ -187,6 +195,8 @@ class Trainer:
                 raise
             done_groups, step = done_groups + 1, step + 1
             loss_sum, items_sum = loss_sum + group_loss, items_sum + group_items
+            if self.doctor is not None:
+                self.doctor.on_step(step, group_loss / max(group_items, 1), self.optimizer.param_groups[0]["lr"])
             bar.set_postfix(loss=f"{group_loss / max(group_items, 1):.3f}",
                             lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
                             items_s=f"{items_sum / (time.perf_counter() - tic):.0f}")
@@ -272,6 +282,8 @@ class Trainer:
             (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
             plot_curves(self.history, self.task.main_metric, self.out / "curves.png")
             sections = [section, self._statistics_section(), self._delta_section()]
+            if self.doctor is not None:
+                sections.append(self.doctor.section())
             write_report(self.out / "report.md", self.config, summary, "\n\n".join(s for s in sections if s))
         return summary
 

@@ -98,8 +98,9 @@ def _mask(check: CheckResult):
 def _position(check: CheckResult):
     m = check.measured
     fig, (left, right) = _figure(2)
-    values = {"encoder: permuted input": m["encoder_permutation_gap"],
-              "decoder: repeated token": m["decoder_repeated_token_spread"]}
+    values = {"encoder: permuted input": m["encoder_permutation_gap"]}
+    if "decoder_position_gap" in m:
+        values["decoder: positions removed"] = m["decoder_position_gap"]
     left.bar(list(values), [max(v, 1e-12) for v in values.values()])
     left.axhline(1e-4, color="grey", ls=":", label="equivariant below")
     left.set(yscale="log", ylabel="relative output change", title="does order change the outputs?")
@@ -134,12 +135,20 @@ def _init(check: CheckResult):
 
 def _curve(check: CheckResult):
     m = check.measured
-    fig, (ax,) = _figure(1, width=6)
+    fig, axes = _figure(2 if m.get("step_curve") else 1, width=5.5)
     if m.get("epoch_losses"):
-        ax.plot(range(1, len(m["epoch_losses"]) + 1), m["epoch_losses"], "o-", label="training loss per epoch")
-        ax.set(xlabel="epoch")
-    ax.set(ylabel="loss", title="training curve")
-    ax.legend()
+        axes[0].plot(range(1, len(m["epoch_losses"]) + 1), m["epoch_losses"], "o-", label="training loss per epoch")
+    axes[0].set(xlabel="epoch", ylabel="loss", title="training curve (metrics.jsonl)")
+    if m.get("step_curve"):
+        curve, every = m["step_curve"], max(1, m["steps"] // 400)
+        axes[1].plot([i * every for i in range(len(curve))], curve, label=f"moving average ({m['smoothing_window']} "
+                     "steps)")
+        axes[1].axvline(m.get("warmup_end", 0), color="grey", ls=":", label="end of warm-up")
+        axes[1].set(xlabel="step", ylabel="loss", title="per-step log (doctor/steps.jsonl)")
+    for ax in axes:
+        if m.get("plateau") is not None:
+            ax.axhline(m["plateau"], color="C3", ls="--", label="unigram plateau")
+        ax.legend(fontsize=7)
     return fig
 
 

@@ -58,11 +58,12 @@ class Finding:
 
     @property
     def excess(self) -> float:
-        """|log(statistic / threshold)|: how far past its threshold the statistic is (0 when not comparable)."""
+        """|log(statistic / threshold)|: how far past its threshold the statistic is (infinite for a non-finite
+        statistic or one that is exactly 0 against a non-zero threshold)."""
         a, b = abs(self.statistic), abs(self.threshold)
-        if not (math.isfinite(a) and math.isfinite(b)) or a == 0 or b == 0:
-            return math.inf if not math.isfinite(a) else 0.0
-        return abs(math.log(a / b))
+        if not math.isfinite(a) or (a == 0) != (b == 0):
+            return math.inf  # infinitely far (a NaN loss; an output that does not move at all)
+        return abs(math.log(a / b)) if a and b and math.isfinite(b) else 0.0
 
     @property
     def lesson(self) -> str | None:

@@ -2,8 +2,9 @@
 
 * **permutation test (encoder)**: permute the source tokens; without positional information self-attention is
   permutation-equivariant, so the encoder's outputs are the same rows permuted (relative difference ~1e-7);
-* **repeated-token test (decoder)**: feed one token repeated; without positions every position attends to
-  identical vectors (any causal prefix averages to the same thing), so their outputs are equal;
+* **ablation test (decoder)**: take the decoder's position signal away (the scheme's embedding hook and any
+  rotation or bias inside its attention) and measure how far its outputs move; nothing moves when no position
+  information reached it (a causal decoder is not permutation-equivariant, so the encoder's test cannot serve);
 * **signal ratio**: mean norm of the position signal added to the embeddings over the mean norm of the
   token embeddings the batch uses (the article's √d_model point: with the core's Xavier init a token row has
   norm ≈ √(2D/(V+D)); ×√d_model brings it to the sinusoid's √(D/2));
@@ -18,6 +19,9 @@ Shape legend: B batch, S source tokens, T target tokens, D width.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -46,17 +50,39 @@ def permutation_gap(model: nn.Module, src: Tensor, seed: int = 0) -> float:
     return _relative(permuted.float(), memory[:, perm].float())
 
 
+@contextmanager
+def decoder_without_positions(model: nn.Module) -> Iterator[None]:
+    """Within the block, the decoder gets no position signal: the model's scheme adds nothing and no attention
+    layer under ``model.decoder`` rotates or biases by position (the encoder keeps its own: encode first)."""
+    kept = model.position
+    layers = [(m, m.position) for m in model.decoder.modules() if isinstance(m, MultiHeadAttention)]
+    model.position = PositionalScheme()  # every hook is the identity
+    for m, _ in layers:
+        m.position = None
+    try:
+        yield
+    finally:
+        model.position = kept
+        for m, scheme in layers:
+            m.position = scheme
+
+
 @torch.no_grad()
-def repeated_token_spread(model: nn.Module, src: Tensor, length: int = 8) -> float:
-    """Spread of the decoder's outputs over the positions of one real token repeated ``length`` times, relative to
-    their size. Every causal prefix of identical vectors averages to that vector, so without positions each
-    position computes the same thing (a BOS first would break the symmetry: it is left out on purpose)."""
-    c = model.config
-    token = max(c.pad_id, c.bos_id, c.eos_id) + 1
-    tgt = torch.full((src.shape[0], length), token, dtype=torch.long, device=src.device)  # (B, T)
+def decoder_position_gap(model: nn.Module, src: Tensor, tgt: Tensor, pad_id: int) -> float | None:
+    """How far the decoder's outputs move when its position signal is taken away, relative to their size; 0 means
+    no position information reaches the decoder. None when the model has no core positional scheme to remove.
+
+    A permutation test cannot say this for a causal decoder: even without positions, its causal mask lets a
+    position count what precedes it, so permuted prefixes change the outputs anyway (Haviv et al. 2022).
+    """
+    if _embedding_scheme(model) is None or not hasattr(model, "decoder"):
+        return None
     memory, src_mask = model.encode(src)
-    out = model.decode(tgt, memory, src_mask).float()  # (B, T, V)
-    return _relative(out, out[:, :1].expand_as(out))
+    real = tgt != pad_id  # (B, T)
+    with_positions = model.decode(tgt, memory, src_mask).float()[real]  # (n, V)
+    with decoder_without_positions(model):
+        without = model.decode(tgt, memory, src_mask).float()[real]
+    return _relative(without, with_positions)
 
 
 def _embedding_scheme(model: nn.Module) -> PositionalScheme | None:
@@ -102,7 +128,7 @@ def table_mismatch(model: nn.Module, length: int, device: torch.device) -> dict[
 def position_checks(model: nn.Module, batch: Batch) -> CheckResult:
     """Check 4 (see the module docstring); the encoder/decoder tests need a model with ``encode``/``decode``."""
     result = CheckResult("position", thresholds={
-        "permutation / repeated-token test": f"outputs move by < {EQUIVARIANT:g} (relative): no position information",
+        "permutation / ablation test": f"outputs move by < {EQUIVARIANT:g} (relative): no position information",
         "signal ratio": f"|position| / |token embedding| > {DROWNED:g} (tokens drowned) or < {ABSENT:g} (no signal)",
         "table": "a declared sinusoidal table that differs from the sinusoid by > 1e-4"})
     if batch.kind != "seq2seq" or not (hasattr(model, "encode") and hasattr(model, "decode")):
@@ -110,7 +136,9 @@ def position_checks(model: nn.Module, batch: Batch) -> CheckResult:
     src = batch.src
     m = result.measured
     m["encoder_permutation_gap"] = permutation_gap(model, src)
-    m["decoder_repeated_token_spread"] = repeated_token_spread(model, src[:8])
+    gap = decoder_position_gap(model, src, batch.tgt_in, batch.pad_id)
+    if gap is not None:
+        m["decoder_position_gap"] = gap
     ratio = signal_ratio(model, src, batch.pad_id)
     if ratio is not None:
         m.update(ratio)
@@ -120,13 +148,13 @@ def position_checks(model: nn.Module, batch: Batch) -> CheckResult:
     inside = _inside_attention(model)
     m["scheme_inside_attention"] = inside
     blind = [side for side, value in (("encoder", m["encoder_permutation_gap"]),
-                                      ("decoder", m["decoder_repeated_token_spread"])) if value < EQUIVARIANT]
+                                      ("decoder", m.get("decoder_position_gap", 1.0))) if value < EQUIVARIANT]
     absent = ratio is not None and not inside and ratio["ratio"] < ABSENT
     if blind or absent:
         where = " and ".join(blind) if blind else "embeddings"
         parts = {"encoder": f"encoder outputs permute with the input (difference {m['encoder_permutation_gap']:.1e})",
-                 "decoder": "decoder outputs of a repeated token are equal at every position (spread "
-                            f"{m['decoder_repeated_token_spread']:.1e})"}
+                 "decoder": "the decoder's outputs do not move when its position signal is taken away "
+                            f"(difference {m.get('decoder_position_gap', 1.0):.1e})"}
         evidence = "; ".join(parts[side] for side in blind)
         if ratio is not None:
             evidence += f"{'; ' if evidence else ''}position signal norm {ratio['position_norm']:.3g} vs tokens " \
@@ -136,7 +164,7 @@ def position_checks(model: nn.Module, batch: Batch) -> CheckResult:
             "the positional scheme was removed, or its signal is zero: self-attention is then a bag of words",
             "build the model with a positional scheme (config position=sinusoidal|learned|rope|alibi; "
             "core/position.py) and do not overwrite its table", "error",
-            min(m["encoder_permutation_gap"], m["decoder_repeated_token_spread"]), EQUIVARIANT, where))
+            min(m["encoder_permutation_gap"], m.get("decoder_position_gap", 1.0)), EQUIVARIANT, where))
     elif ratio is not None and not inside and ratio["ratio"] > DROWNED:
         scaled = all(e.scale != 1.0 for e in model.modules() if isinstance(e, TokenEmbedding))
         result.add(Finding(

@@ -41,8 +41,9 @@ def summary(check: CheckResult) -> str:
         return (f"causal leak {max(m['causal_leak'].values()):.1e}, padding leak {m['padding_leak']:.1e} "
                 "(relative drift)")
     if check.name == "position":
-        text = (f"encoder permutation gap {m['encoder_permutation_gap']:.3g}, decoder repeated-token spread "
-                f"{m['decoder_repeated_token_spread']:.3g}")
+        text = f"encoder permutation gap {m['encoder_permutation_gap']:.3g}"
+        if "decoder_position_gap" in m:
+            text += f", decoder outputs without positions moved by {m['decoder_position_gap']:.3g}"
         if "ratio" in m:
             text += f", |position| / |token| {m['ratio']:.2f}"
         if "table" in m:
