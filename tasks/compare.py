@@ -158,11 +158,13 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
     """The comparison of finished runs grouped by label (each group: one variant's seeds) against
     ``reference``; writes results.json, report.md and the plots under ``out``.
 
-    ``kind="compare"`` reports each variant against the reference (the baseline); ``kind="ablate"`` reports
-    the reference (the full variant) against each row (the variant without one change): Δ is what the change
-    bought. Returns the comparison dict written to results.json, plus ``"table"``, the main markdown table.
+    The reference's row comes first. ``kind="compare"`` reports each variant against the reference (the
+    baseline); ``kind="ablate"`` reports the reference (the full variant) against each row (the variant
+    without one change): Δ is what the change bought. Returns the comparison dict written to results.json,
+    plus ``"table"``, the main markdown table.
     """
     check_alpha(alpha)
+    groups = {reference: groups[reference], **groups}  # the reference's row first, the others in their order
     results = [r for runs in groups.values() for r in runs]
     for r in results:
         if r.task != task_name:
