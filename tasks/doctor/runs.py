@@ -8,6 +8,7 @@ training data the validation/training gap.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,9 @@ def doctor_variant(variant: str, task_name: str | None = None, preset: str | Non
     warmup = harm.warmup if harm is not None and harm.warmup is not None else config.warmup
     diagnosis = examine(model, task_batch(task, eval_split(task), batch_size), task.name, trained=False,
                         warmup_steps=warmup)
-    diagnosis.context["source"] = (f"variant {variant} ({task_name}, preset {preset or 'the task default'}) at "
+    default = getattr(importlib.import_module(cls.__module__), "DEFAULT_PRESET", None)  # the task's, as zoo train
+    shown = preset or (f"{default} (the task's default)" if default else "the task's default")
+    diagnosis.context["source"] = (f"variant {variant} ({task_name}, preset {shown}) at "
                                    f"initialisation, seed {seed}" + (f", with the mistake {mistake!r} injected"
                                                                      if mistake else ""))
     return diagnosis
