@@ -175,15 +175,15 @@ class _Preset:
 
     def changes(self) -> list[Row]:
         variant = self.variant
+        classic_config = self.config_with(variant.classic_overrides())
         self.mine = anatomy_of(variant, self.config)
-        self.classic = anatomy_of(variant, self.config_with(variant.classic_overrides()))
+        self.classic = anatomy_of(variant, classic_config)
         measured = [p for p in PARTS if differs(self.classic, self.mine, p)]
         reached = {p for c in variant.changes for p in c.parts}
         problems = [f"undeclared change at {describe(self.classic, self.mine, p)}" for p in measured
                     if p not in reached]
         problems += [f"{p} is declared but measures the same as the classic counterpart"
                      for p in variant.parts_changed if p not in measured and p not in PROCEDURES]
-        classic_config = self.config_with(variant.classic_overrides())
         problems += [f"hidden change: {choice}" for choice in hidden_choices(variant, classic_config)]
         base = base_registration(variant)
         if base is not None:  # a builder of its own must build the base's model from the classic config
@@ -345,7 +345,10 @@ def check_preset(variant: Variant, task: str, preset: str, on_step: Callable[[st
     try:
         subject = _Preset(variant, task, preset)
     except Exception as error:
-        return [Row(preset, "build", False, "", _error_line(error))]
+        spec = TASK_SHAPES[task]
+        sizes = ", ".join(f"{k}={v}" for k, v in spec.config_overrides(spec.shape).items())
+        where = f"built for the {task} task's input ({sizes}): " if sizes else ""
+        return [Row(preset, "build", False, "", where + _error_line(error))]
     rows: list[Row] = []
     for name in CHECKS:
         if on_step is not None:
