@@ -84,11 +84,11 @@ def matched_width(target_flops: float, in_channels: int = 1, num_classes: int = 
                   widths: range = range(2, 65)) -> tuple[int, int]:
     """The ResNet-18 width whose training FLOPs per image are nearest ``target_flops``, and those FLOPs.
 
-    FLOPs grow about as width², so only the widths around √(target / ResNet-18's) · 64 are measured.
+    FLOPs grow about as width², so only the widths around √(target / FLOPs at width 8) · 8 are measured.
     """
     check_positive("target_flops", target_flops)
-    full = resnet18_flops(RESNET18_WIDTH, in_channels, num_classes, image_size)
-    guess = RESNET18_WIDTH * (target_flops / full) ** 0.5
+    probe = 8
+    guess = probe * (target_flops / resnet18_flops(probe, in_channels, num_classes, image_size)) ** 0.5
     near = [w for w in widths if abs(w - guess) <= max(2.0, 0.2 * guess)] or [min(widths, key=lambda w: abs(w - guess))]
     measured = {w: resnet18_flops(w, in_channels, num_classes, image_size) for w in near}
     best = min(measured, key=lambda w: abs(measured[w] - target_flops))

@@ -54,6 +54,9 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("params", "Where the parameters go", "embedding",
            "The article's per-layer estimates vs exact accounting, the embedding share, tying on and off",
            "tasks.lab.params"),
+    Lesson("small-data", "ViT, CNN and DeiT on small data", "training",
+           "Does a ViT lose to a CNN of the same FLOPs at 10 %, 30 % and 100 % of the data, and does DeiT's "
+           "distillation close the gap?", "tasks.lab.small_data"),
 )}
 
 
