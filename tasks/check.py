@@ -38,6 +38,7 @@ within :data:`RTOL` of the largest output (float32 rounding, the policy of ``tes
 from __future__ import annotations
 
 import dataclasses
+import logging
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -68,6 +69,7 @@ from zoo.registry import Change, Variant, tasks_of
 # Parts a change can make without a module of its own (a loss, a generation procedure): their changes move the
 # config, and are not expected to show in the module types (the revert row checks their fields instead).
 PROCEDURES = ("objective", "decoding")
+log = logging.getLogger(__name__)
 RTOL = 1e-5  # float32 rounding, relative to the largest output (at least 1)
 EXAMPLE_BATCH = 2
 
@@ -365,15 +367,21 @@ def check_preset(variant: Variant, task: str, preset: str, on_step: Callable[[st
 def check_variant(name: str, task: str | None = None, presets: Sequence[str] | None = None,
                   progress: bool = False) -> list[Report]:
     """Run the conformance suite on variant ``name``: one :class:`Report` per task (``task``, default: every
-    task it runs on), over ``presets`` (default: every preset of the registration)."""
+    task it runs on), over ``presets`` (default: every preset of the registration; of a name registered for
+    several tasks, each registration is checked at those of ``presets`` it has)."""
     tasks = [resolve(name, task)[1]] if task is not None else list(dict.fromkeys(tasks_of(name)))
+    registered = {t: resolve(name, t)[0] for t in tasks}
+    known = {p for v in registered.values() for p in v.presets}
+    for preset in presets or ():
+        if preset not in known:  # in none of the registrations checked (a name may have other presets per task)
+            raise unknown_name(f"preset of variant {name!r}", preset, known)
     reports = []
-    for task_name in tasks:
-        variant, _ = resolve(name, task_name)
-        chosen = list(presets) if presets else list(variant.presets)
-        for preset in chosen:
-            if preset not in variant.presets:
-                raise unknown_name(f"preset of variant {name!r}", preset, variant.presets)
+    for task_name, variant in registered.items():
+        chosen = [p for p in presets if p in variant.presets] if presets else list(variant.presets)
+        if not chosen:
+            log.info("%s on %s has none of the presets %s (it has %s): not checked", name, task_name,
+                     ", ".join(presets), ", ".join(variant.presets))
+            continue
         start = time.perf_counter()
         rows: list[Row] = []
         from tqdm import tqdm

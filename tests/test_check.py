@@ -174,9 +174,19 @@ def test_the_command_prints_one_table_and_sets_the_exit_status(broken, capsys):
     assert {r["result"] for r in report["rows"]} == {"PASS"} and report["rows"][0]["measured"] == "44,928 parameters"
 
 
+def test_presets_of_a_name_registered_for_two_tasks(caplog):
+    # moe's translation registration has "mini", its cifar registration "cpu"; each is checked at its own
+    caplog.set_level("INFO", logger="tasks.check")
+    reports = check_variant("moe", presets=["cpu"])
+    assert [(r.task, {row.preset for row in r.rows}) for r in reports] == [("cifar", {"cpu"})]
+    assert not reports[0].failed, "\n" + render(reports[0])
+    assert "moe on translation has none of the presets cpu (it has tiny, mini, small, base, big)" in caplog.text
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["check", "pre-lnn"], "unknown variant 'pre-lnn'. Did you mean 'pre-ln'?"),
     (["check", "pre-ln", "--preset", "tiyn"], "unknown preset of variant 'pre-ln' 'tiyn'. Did you mean 'tiny'?"),
+    (["check", "moe", "--preset", "tiny,vit-smal"], "unknown preset of variant 'moe' 'vit-smal'"),
     (["check", "vit", "--task", "translation"], "variant 'vit' does not run on the translation task"),
 ])
 def test_bad_arguments_get_one_line(argv, expected, capsys):
