@@ -295,3 +295,13 @@ def test_resnet18_w16_costs_the_vit_cpu_preset_within_20_percent():
     assert 10 < resnet18_flops(64) / resnet18_flops(16) < 20  # ResNet-18 itself: ~14x
     model = REFERENCE_MODELS["resnet18-w16"](1, 10)
     assert model.fc.in_features == 128 and model(torch.randn(2, 1, 32, 32)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("change", [c.name for c in zoo.get_variant("deit", "cifar").changes])
+def test_every_ablation_row_builds_runs_and_declares_its_objective(change):
+    variant = zoo.get_variant("deit", "cifar")
+    model = variant.build(variant.config("tiny", in_channels=1, **variant.change(change).revert))
+    output = model(torch.randn(2, 1, 32, 32))
+    terms, outputs = objective_heads(model)
+    assert output.shape == (2, 10) and all(outputs[head].shape == (2, 10) for head, _, _ in terms)
+    assert any(target == "teacher" for _, target, _ in terms) == (change != "objective")
