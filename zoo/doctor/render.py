@@ -13,10 +13,6 @@ from zoo.doctor.findings import CHECKS, CheckResult, Diagnosis
 LESSON_LINKS = "`zoo lab {}`"
 
 
-def _g(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
 def summary(check: CheckResult) -> str:
     """The numbers a check measured, in one line (what "nothing found" was based on)."""
     m = check.measured
@@ -65,12 +61,14 @@ def summary(check: CheckResult) -> str:
         parts = [f"{m['epochs']} epochs, {m['steps']} logged steps"]
         if "first_loss" in m:
             parts.append(f"loss {m['first_loss']:.3f} → {m['final_loss']:.3f} ({m['series']}), {m['spikes']} climbs")
-        if m.get("early_share") == m.get("early_share") and "early_share" in m:
-            parts.append(f"{m['early_share']:.0%} of the drop in the first quarter")
+        if m.get("plateau") is not None:
+            parts.append(f"unigram plateau {m['plateau']:.3f}")
+        if "shape" in m:
+            parts.append(m["shape"])
         if "gap" in m:
             parts.append(f"held-out/training loss {m['gap']['valid']:.3f}/{m['gap']['train']:.3f}")
         return ", ".join(parts)
-    return ", ".join(f"{k} {_g(v)}" for k, v in m.items() if isinstance(v, (int, float)))
+    return ""
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
