@@ -22,10 +22,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from core.errors import check_bool, check_int, check_number, check_positive
+from core.errors import check_bool, check_int, check_number, check_positive, unknown_name
 
 # Fields that may differ between a checkpoint and the run that resumes it.
-RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads", "doctor"})
+RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads", "doctor", "compile"})
+PRECISIONS = ("default", "fp32", "bf16", "auto")
 
 
 @dataclass
@@ -51,6 +52,8 @@ class TrainConfig:
     resume: bool = False  # continue the run in --out from its last checkpoint
     progress: bool = True  # progress bars
     doctor: bool = False  # examine the model before step 1 and the curve after each epoch; warnings in report.md
+    precision: str = "default"  # default (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16, or auto (a probe decides)
+    compile: bool = False  # torch.compile the model for training and evaluation (costs compile time up front)
     model: dict[str, Any] = field(default_factory=dict)  # override a variant config field (repeatable), e.g. d_model=64
     balance_weight: float = 1e-2  # weight of the MoE load-balancing loss (models without experts: unused)
     z_weight: float = 1e-3  # weight of the MoE router z-loss
@@ -65,8 +68,10 @@ class TrainConfig:
         check_number("grad_clip", self.grad_clip, 0, hint="0 disables clipping")
         for name in ("weight_decay", "balance_weight", "z_weight"):
             check_number(name, getattr(self, name), 0)
-        for name in ("deterministic", "resume", "progress", "doctor"):
+        for name in ("deterministic", "resume", "progress", "doctor", "compile"):
             check_bool(name, getattr(self, name))
+        if self.precision not in PRECISIONS:
+            raise unknown_name("precision", self.precision, PRECISIONS)
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of variant config overrides, got {type(self.model).__name__}")
 
