@@ -22,7 +22,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
-from tasks.medseg.metrics import CONVENTIONS, case_scores, case_status, summarise
+from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, case_status, summarise
 from tasks.medseg.nifti_layout import dataset_class_names
 from tasks.medseg.nifti_scoring import SUMMARY_FILE
 from tasks.medseg.nnunet_eval import evaluate_folders, read_label_map, read_pair, summary_lines
@@ -76,8 +76,8 @@ def score_folders(pred_dir: str | Path, label_dir: str | Path, dataset_json: str
                                  f"{k} classes of {origin} (0 .. {k - 1})")
         reference, prediction = reference.astype(np.uint8), prediction.astype(np.uint8)
         spacing = tuple(float(v) for v in nib.affines.voxel_sizes(nib.load(ref_file).affine))
-        for convention in CONVENTIONS:
-            per_case[convention][case] = case_scores(prediction, reference, k, convention, spacing)
+        for convention, scores in case_scores_per_convention(prediction, reference, k, spacing).items():
+            per_case[convention][case] = scores  # each organ's distances computed once for both conventions
         status[case] = case_status(prediction, reference, k)
     summaries = {c: summarise(per_case[c], names, c, status=status) for c in CONVENTIONS}
     fg = summary["foreground_mean"]["Dice"]
