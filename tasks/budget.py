@@ -15,6 +15,9 @@ the run stops there, checkpoints and evaluates as at an epoch end. With a time o
 is the most a run may take. A FLOP budget also sizes the learning-rate schedule: the task's schedule is
 planned for the steps the budget buys (from the FLOPs of the first step; exact when every step has the
 same shape, as in cifar and medseg), where a time budget plans it over ``epochs``.
+
+The counting is :class:`TrainingFlopCounter`'s; every run has one (a FLOP budget's, or the trainer's own), so
+that metrics.json reports the run's training FLOP/s and MFU (:mod:`tasks.mfu`) in the same FLOPs.
 """
 
 from __future__ import annotations
@@ -85,16 +88,76 @@ class TimeBudget(Budget):
         return {**super().spent(), "train_seconds": self.seconds}
 
 
+class TrainingFlopCounter:
+    """Training FLOPs of the optimizer steps a trainer runs: :data:`BACKWARD_FACTOR` × the forward FLOPs of every
+    training forward of the model (train mode, gradients on; evaluation is not counted), each input shape
+    measured once with ``zoo diff``'s counter.
+
+    Shared by :class:`FlopBudget` (which stops a run when the count reaches its value) and the trainer's FLOP/s
+    and MFU (:mod:`tasks.mfu`), so both mean the same FLOPs. The hook only notes each forward's input shape;
+    :meth:`update` turns the notes into FLOPs, after every step for a budget, once at the end otherwise (then
+    no counting runs inside the training time).
+    """
+
+    def __init__(self) -> None:
+        self.flops = 0.0
+        self.counting_seconds = 0.0  # time spent in update() (inside the training time when a budget calls it)
+        self.first_step = 0  # optimizer steps done when the counting started (a resumed run starts past 0)
+        self._cache: dict[tuple, int] = {}  # input shapes -> forward FLOPs
+        self._pending: dict[tuple, list] = {}  # input shapes -> [example inputs, forwards not yet counted]
+        self._world = 1
+
+    def start(self, trainer) -> TrainingFlopCounter:
+        """Watch ``trainer.model``'s training forwards from now on."""
+        self._world = trainer.dist.world if trainer.dist.enabled else 1
+        self.first_step = trainer.optimizer_steps_done()
+
+        def watch(module, args):
+            if module.training and torch.is_grad_enabled():  # a training forward, not an evaluation
+                self._pending.setdefault(_shape_key(args), [args, 0])[1] += 1
+
+        trainer.model.register_forward_pre_hook(watch)
+        return self
+
+    def update(self, model: torch.nn.Module) -> float:
+        """Count the forwards seen since the last call; returns the training FLOPs so far (all ranks)."""
+        tic = time.perf_counter()
+        forward = sum(count * self.forward_flops(model, args) for args, count in self._pending.values())
+        self._pending.clear()
+        self.flops += BACKWARD_FACTOR * forward * self._world  # every rank ran a shard of the same shape
+        self.counting_seconds += time.perf_counter() - tic
+        return self.flops
+
+    def forward_flops(self, model: torch.nn.Module, args: tuple) -> int:
+        """Forward FLOPs of ``model`` on ``args``, measured once per input shape (eval mode, no grad)."""
+        from tasks.checkpoint import rng_state, set_rng_state
+        from zoo.delta import module_flops
+
+        key = _shape_key(args)
+        if key not in self._cache:
+            was_training, rng = model.training, rng_state()
+            try:
+                self._cache[key] = module_flops(model, args)[1]
+            finally:
+                model.train(was_training)
+                set_rng_state(rng)
+        return self._cache[key]
+
+
+def _shape_key(args: tuple) -> tuple:
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else repr(a) for a in args)
+
+
 class FlopBudget(Budget):
     kind = "flops"
 
     def __init__(self, value: float) -> None:
         super().__init__(value)
-        self.flops = 0.0
-        self.counting_seconds = 0.0  # time spent counting (inside the training time)
-        self._cache: dict[tuple, int] = {}
-        self._pending: list[tuple] = []
-        self._world = 1
+        self.counter = TrainingFlopCounter()
+
+    @property
+    def flops(self) -> float:
+        return self.counter.flops
 
     def describe(self) -> str:
         return f"{self.value:.3g} training FLOPs per run ({FLOP_CONVENTION})"
@@ -122,44 +185,18 @@ class FlopBudget(Budget):
         finally:
             handle.remove()
             set_rng_state(rng)
-        step = BACKWARD_FACTOR * sum(self._forward_flops(trainer.model, args) for args in captured)
+        step = BACKWARD_FACTOR * sum(self.counter.forward_flops(trainer.model, args) for args in captured)
         step *= trainer.dist.world if trainer.dist.enabled else 1
         return default if step <= 0 else min(default, max(1, math.ceil(self.value / step)))
 
     def start(self, trainer) -> None:
-        self._world = trainer.dist.world if trainer.dist.enabled else 1
-
-        def watch(module, args):
-            if module.training and torch.is_grad_enabled():  # a training forward, not an evaluation
-                self._pending.append(args)
-
-        trainer.model.register_forward_pre_hook(watch)
+        self.counter.start(trainer)
 
     def exhausted(self, trainer, seconds: float) -> bool:
-        tic = time.perf_counter()
-        forward = sum(self._forward_flops(trainer.model, args) for args in self._pending)
-        self._pending.clear()
-        self.flops += BACKWARD_FACTOR * forward * self._world  # every rank ran a shard of the same shape
-        self.counting_seconds += time.perf_counter() - tic
-        return self.flops >= self.value
-
-    def _forward_flops(self, model: torch.nn.Module, args: tuple) -> int:
-        """Forward FLOPs of ``model`` on ``args``, measured once per input shape (eval mode, no grad)."""
-        from tasks.checkpoint import rng_state, set_rng_state
-        from zoo.delta import module_flops
-
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else repr(a) for a in args)
-        if key not in self._cache:
-            was_training, rng = model.training, rng_state()
-            try:
-                self._cache[key] = module_flops(model, args)[1]
-            finally:
-                model.train(was_training)
-                set_rng_state(rng)
-        return self._cache[key]
+        return self.counter.update(trainer.model) >= self.value
 
     def spent(self) -> dict[str, Any]:
-        return {**super().spent(), "train_flops": self.flops, "counting_seconds": self.counting_seconds,
+        return {**super().spent(), "train_flops": self.flops, "counting_seconds": self.counter.counting_seconds,
                 "convention": FLOP_CONVENTION}
 
 
