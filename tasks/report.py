@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tasks.mfu import utilisation_line
+
 
 def plot_curves(history: list[dict[str, Any]], main_metric: str, path: Path) -> None:
     """Training loss and the main validation metric per epoch, side by side."""
@@ -48,12 +50,14 @@ def write_report(path: Path, config, summary: dict[str, Any], task_section: str)
     c = config
     setup = "\n".join(f"- **{k}**: `{v}`" for k, v in c.to_dict().items() if v not in (None, ""))
     history = markdown_table(summary["history"])
+    flops = utilisation_line(summary.get("utilisation"))
+    flops = f"\n- **training FLOP/s**: {flops}" if flops else ""
     text = f"""# {summary['task']} · {summary['variant']}
 
 ## Setup
 {setup}
 - **parameters**: {summary['parameters']:,}
-- **training time**: {summary['train_seconds']:.0f} s for {summary['epochs']} epochs
+- **training time**: {summary['train_seconds']:.0f} s for {summary['epochs']} epochs{flops}
 
 ## Validation per epoch
 {history}
@@ -72,6 +76,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"{summary['parameters']:,} parameters",
         f"best validation {summary['main_metric']}: {summary['best_valid']:.4g}",
     ]
+    if summary.get("utilisation"):
+        lines.append("training " + utilisation_line(summary["utilisation"]))
     for split, metrics in summary.get("final", {}).items():
         if isinstance(metrics, dict):
             shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float)))

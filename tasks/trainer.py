@@ -27,8 +27,10 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from core.sidechannels import auxiliary_loss, layer_statistics
+from tasks.budget import TrainingFlopCounter
 from tasks.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard
+from tasks.mfu import run_utilisation
 from tasks.report import markdown_table, plot_curves, write_report
 from tasks.run import RUN_FILE, run_info, write_json_atomic
 from tasks.task import Task
@@ -149,6 +151,7 @@ class Trainer:
 
         if self.budget is not None:
             self.budget.start(self)
+        self.flop_counter = getattr(self.budget, "counter", None) or TrainingFlopCounter().start(self)  # for MFU
         start = time.perf_counter()
         try:
             while epoch < c.epochs and not self.stopped_by_budget:
@@ -272,6 +275,7 @@ class Trainer:
             "train_seconds": seconds,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "items_per_s": self.items_seen / max(self.train_seconds, 1e-9),
+            "utilisation": run_utilisation(self),  # training FLOP/s and MFU (tasks.mfu)
             "final": final,
             "history": self.history,
         }
