@@ -31,6 +31,13 @@ What is measured (float32, CPU, train mode, identical weights copied from the pe
 Timing: warm-up iterations, then R rounds alternating ours/peer (the order flips every round), each
 call timed with ``time.perf_counter``; the table shows median ms and the ratio of the medians, with
 PASS/MISS against the target. These are measurements, not tests: nothing is asserted, exit code 0.
+
+MFU (rows 1 and 2): the step's training FLOPs over its median time, as a share of this machine's float32
+matmul peak at the same thread count (:mod:`tasks.mfu`: a cached GEMM probe). The FLOPs follow the
+trainer's convention (:mod:`tasks.budget`: 3 × the forward FLOPs counted by ``zoo diff``'s counter), counted
+on our module; the peer is credited with the same FLOPs, since it does the same arithmetic on the same
+weights (the eval max|diff| column shows it) and torch's fused attention fast path is invisible to the
+counter.
 """
 
 from __future__ import annotations
@@ -80,6 +87,11 @@ class Row:
     unit: str
     target: float | None
     spread: float | None = None  # the larger relative interquartile range of the two sample sets
+    flops: float | None = None  # training FLOPs of one timed call, where counted (gives the row an MFU)
+
+    def mfu(self, peak: float) -> tuple[float, float]:
+        """(ours, peer): the FLOP/s of one call (``flops`` over the median ms) as a share of ``peak`` FLOP/s."""
+        return tuple(self.flops / (ms / 1e3) / peak for ms in (self.ours, self.peer))
 
     @property
     def ratio(self) -> float:
@@ -124,11 +136,34 @@ def relative_iqr(samples: list[float]) -> float:
     return (q3 - q1) / median
 
 
-def timed_row(name: str, samples: tuple[list[float], list[float]], target: float) -> Row:
+def timed_row(name: str, samples: tuple[list[float], list[float]], target: float, flops: float | None = None) -> Row:
     """A table row from the timings of ours and the peer: medians, their ratio, the noise."""
     ours, peer = samples
     spread = max(relative_iqr(ours), relative_iqr(peer))
-    return Row(name, statistics.median(ours), statistics.median(peer), "ms", target, spread)
+    return Row(name, statistics.median(ours), statistics.median(peer), "ms", target, spread, flops)
+
+
+class _Forward(nn.Module):
+    """A forward closure as a module over the modules it runs, for the FLOP counter (which takes a module)."""
+
+    def __init__(self, forward: Callable[[], Tensor], modules: tuple[nn.Module, ...]) -> None:
+        super().__init__()
+        self.run, self.parts = forward, nn.ModuleList(modules)
+
+    def forward(self) -> Tensor:
+        return self.run()
+
+
+def step_flops(forward: Callable[[], Tensor], *modules: nn.Module) -> float:
+    """Training FLOPs of a forward + backward of ``forward``, which runs ``modules`` (left in train mode)."""
+    from tasks.budget import BACKWARD_FACTOR
+    from zoo.delta import module_flops
+
+    wrapper = _Forward(forward, modules)
+    try:
+        return float(BACKWARD_FACTOR * module_flops(wrapper, ())[1])
+    finally:
+        wrapper.train()
 
 
 def summarise(rows: list[Row], start: float) -> None:
@@ -206,7 +241,7 @@ def bench_mha(warmup: int, rounds: int) -> tuple[Row, float]:
     step_ours = train_step(lambda: ours(x).sum(), ours, (x,))
     step_peer = train_step(lambda: ref(x, x, x, need_weights=False)[0].sum(), ref, (x,))
     samples = time_pair(step_ours, step_peer, warmup, rounds)
-    return timed_row("mha fwd+bwd B8 N256 d512 h8", samples, 1.05), diff
+    return timed_row("mha fwd+bwd B8 N256 d512 h8", samples, 1.05, step_flops(lambda: ours(x), ours)), diff
 
 
 # ------------------------------------------------------------------------- 2. encoder–decoder stacks
@@ -259,7 +294,7 @@ def bench_stack(key: str, warmup: int, rounds: int) -> tuple[Row, float]:
     diff = eval_diff(ours, ref, ours_out, ref_out)
     steps = train_step(lambda: ours_out().mean(), ours), train_step(lambda: ref_out().mean(), ref)
     name = f"stack ({key}) fwd+bwd d{size['d_model']} {size['layers']}+{size['layers']}L 16x64"
-    return timed_row(name, time_pair(*steps, warmup, rounds), 1.05), diff
+    return timed_row(name, time_pair(*steps, warmup, rounds), 1.05, step_flops(ours_out, ours)), diff
 
 
 def eval_diff(ours: nn.Module, ref: nn.Module, ours_out: Callable[[], Tensor], ref_out: Callable[[], Tensor]) -> float:
@@ -320,7 +355,7 @@ def bench_model(key: str, warmup: int, rounds: int) -> tuple[Row, float]:
 
     samples = time_pair(train_step(loss(ours), ours), train_step(loss(peer), peer), warmup, rounds)
     name = f"model ({key}) fwd+bwd+CE V{VOCAB} d{size['d_model']} 16x64"
-    return timed_row(name, samples, 1.05), diff
+    return timed_row(name, samples, 1.05, step_flops(lambda: ours(src, tgt), ours)), diff
 
 
 # ------------------------------------------------------------------------------------- 3. peak memory
@@ -397,11 +432,13 @@ def print_row(row: Row, note: str = "") -> Row:
     return row
 
 
-def print_preamble(warmup: int, rounds: int) -> None:
+def print_preamble(warmup: int, rounds: int, peak: float) -> None:
     print(
         f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads "
         f"(os.cpu_count {os.cpu_count()}), float32 CPU, {warmup} warm-up + {rounds} rounds, medians"
     )
+    print(f"MFU: training FLOPs (3 x forward, zoo diff's counter, ours; the peer credited the same) per median "
+          f"second / the fp32 matmul peak measured here, {peak / 1e9:.1f} GFLOP/s (tasks.mfu, cached)")
     print(
         "stacks: peer = nn.Transformer with encoder.norm/decoder.norm = Identity (ours Post-LN has none);"
         " dropout 0.1 incl. attention weights"
@@ -412,13 +449,16 @@ def print_preamble(warmup: int, rounds: int) -> None:
 
 def run_all(args: argparse.Namespace) -> list[Row]:
     """Run every benchmark, printing each row as soon as it is measured."""
+    from tasks.mfu import matmul_peak
+
     rounds = args.rounds or (7 if args.quick else 15)
     warmup = 2 if args.quick else 3
-    print_preamble(warmup, rounds)
-    rows = [print_row(*_with_diff(bench_mha(warmup, rounds)))]
+    peak = matmul_peak("cpu", "fp32")  # probed once per machine and thread count, then read from the cache
+    print_preamble(warmup, rounds, peak)
+    rows = [print_row(*_with_diff(bench_mha(warmup, rounds), peak))]
     for key in ("a",) if args.quick else ("a", "b"):
-        rows.append(print_row(*_with_diff(bench_stack(key, warmup, rounds))))
-        rows.append(print_row(*_with_diff(bench_model(key, warmup, rounds))))
+        rows.append(print_row(*_with_diff(bench_stack(key, warmup, rounds), peak)))
+        rows.append(print_row(*_with_diff(bench_model(key, warmup, rounds), peak)))
     rows += [print_row(row) for row in bench_memory(1, 2048, args.threads, 1 if args.quick else 3)]
     return rows
 
@@ -430,9 +470,10 @@ def check_load(threads: int) -> None:
         print(f"WARNING: 1-min load average {load:.1f} > {threads} threads: other processes share the CPUs")
 
 
-def _with_diff(result: tuple[Row, float]) -> tuple[Row, str]:
+def _with_diff(result: tuple[Row, float], peak: float) -> tuple[Row, str]:
     row, diff = result
-    return row, f"(eval max|diff| {diff:.1e})"
+    ours, peer = row.mfu(peak)
+    return row, f"(eval max|diff| {diff:.1e}; MFU ours {100 * ours:.1f} %, peer {100 * peer:.1f} %)"
 
 
 def main(argv: list[str] | None = None) -> int:
