@@ -57,6 +57,9 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("small-data", "ViT, CNN and DeiT on small data", "training",
            "Does a ViT lose to a CNN of the same FLOPs at 10 %, 30 % and 100 % of the data, and does DeiT's "
            "distillation close the gap?", "tasks.lab.small_data"),
+    Lesson("swin-windows", "Swin's windows and the shift", "attention",
+           "Do windows make attention linear in the image size, and what does the shift let cross the windows?",
+           "tasks.lab.swin_windows"),
     Lesson("moe-routing", "How MoE routes tokens", "ffn",
            "Does the load collapse without the balancing loss, what do the capacity factor and top-1 vs top-2 "
            "drop and cost, and how does a batch-ranked capacity leak the future?", "tasks.lab.moe_routing"),
