@@ -107,11 +107,6 @@ def cost_sides(settings: LabSettings) -> tuple[int, ...]:
     return (8, 16, 32, 64, 96) if settings.quick else (8, 16, 24, 32, 48, 64, 96)
 
 
-def fit_exponent(tokens: Sequence[int], values: Sequence[float]) -> float:
-    """The exponent p of ``value ∝ N^p``: least-squares slope in log-log."""
-    return log_slope(tokens, values)
-
-
 @torch.no_grad()
 def attention_cost(sides: Sequence[int], rounds: int, seed: int = 0) -> dict[str, dict[str, list[float]]]:
     """Forward FLOPs (kernel alone and whole layer) and median wall time of both layers at each map side.
@@ -236,9 +231,9 @@ def train_pair(settings: LabSettings, steps: int) -> dict[str, dict]:
 def _findings(cost: dict, sides: Sequence[int], fields: dict, leak: int, runs: dict, steps: int) -> dict:
     tokens = [s * s for s in sides]
     tail = slice(-3, None)  # wall time: the three largest maps, where the arithmetic, not the overhead, dominates
-    exponents = {kind: {"kernel_flops": fit_exponent(tokens, c["kernel_flops"]),
-                        "flops": fit_exponent(tokens, c["flops"]),
-                        "seconds": fit_exponent(tokens[tail], c["seconds"][tail])} for kind, c in cost.items()}
+    exponents = {kind: {"kernel_flops": log_slope(tokens, c["kernel_flops"]),
+                        "flops": log_slope(tokens, c["flops"]),
+                        "seconds": log_slope(tokens[tail], c["seconds"][tail])} for kind, c in cost.items()}
     window = window_of(FIELD_TOKEN, FIELD_WINDOW, FIELD_GRID)
     counts = {name: {k: int(f.sum()) for k, f in by.items()} for name, by in fields.items()}
     outside = {name: {k: int((f & ~window).sum()) for k, f in by.items()} for name, by in fields.items()}
@@ -286,9 +281,9 @@ def _verdict(f: dict) -> tuple[str, str]:
     first = (f"Windows {'make' if linear else 'do not make'} attention linear in the image size: from {n[0]} to "
              f"{n[-1]} patches the kernel's FLOPs grow as N^{e['window']['kernel_flops']:.2f} in windows vs "
              f"N^{e['global']['kernel_flops']:.2f} globally (time N^{e['window']['seconds']:.2f} vs "
-             f"N^{e['global']['seconds']:.2f}); at {n[-1]} patches global attention costs "
+             f"N^{e['global']['seconds']:.2f}); at {n[-1]} patches the global layer costs "
              f"{cost['global']['flops'][-1] / cost['window']['flops'][-1]:.1f}× the FLOPs and "
-             f"{cost['global']['seconds'][-1] / cost['window']['seconds'][-1]:.1f}× the time.")
+             f"{cost['global']['seconds'][-1] / cost['window']['seconds'][-1]:.1f}× the time of the windowed layer.")
     fld, last = f["field"], max(f["field"]["blocks"])
     p, w = fld["patches"], fld["window"] ** 2
     gain = 100 * f["accuracy_gain"]
@@ -436,6 +431,6 @@ def run(settings: LabSettings) -> LessonResult:
     return LessonResult(_verdict(f), f["holds"], f, _body(f), figures)
 
 
-__all__ = ["LESSON_SWIN", "attention_cost", "attention_layer", "corner_leak", "cost_sides", "fit_exponent",
-           "receptive_field", "receptive_fields", "run", "shifts", "unshifted"]
+__all__ = ["LESSON_SWIN", "attention_cost", "attention_layer", "corner_leak", "cost_sides", "receptive_field",
+           "receptive_fields", "run", "shifts", "unshifted"]
 
