@@ -9,6 +9,7 @@ import torch
 from tasks.lab import LabSettings, run_lesson
 from tasks.lab.moe_routing import (
     BatchRankedMoEFFN,
+    _body,
     _findings,
     _verdict,
     batch_ranked_dispatch,
@@ -109,6 +110,7 @@ def test_the_verdict_follows_the_numbers_both_ways():
     assert "load collapses: load entropy 1.20 vs 1.80 nats" in first and "0.5 drops 30% of assignments" in first
     assert "top-1 drops 12%" in first and "top-2 4%" in first
     assert "leaks the future" in second and "up to 2.5 (5 of 9 positions t), against 0 with" in second
+    assert "| without | 0 | 1.2 |" in _body(held) and "| top-1 | 1.25 | 0.12 |" in _body(held)
     balanced = _synthetic(1.95, 2.0, 2.5)
     assert not balanced["holds"] and "does not collapse" in _verdict(balanced)[0]
     sealed = _synthetic(1.2, 1.8, 0.0)
