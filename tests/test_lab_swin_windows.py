@@ -143,7 +143,7 @@ def test_the_verdict_follows_the_numbers_both_ways():
     first, second = _verdict(held)
     assert first.startswith("Windows make attention linear") and "N^1.00 in windows vs N^2.00 globally" in first
     assert "stays its 16-patch window" in second and "16 → 64 → 192 patches" in second
-    assert "raises test top-1: 70.0 % vs 60.0 % (+10.0 points" in second
+    assert "after 30 training steps the shift raises test top-1: 70.0 % vs 60.0 % (+10.0 points" in second
     quadratic = _synthetic(2.0, 0.70, 0.60, fields)
     assert not quadratic["holds"] and _verdict(quadratic)[0].startswith("Windows do not make attention linear")
     tie = _synthetic(1.0, 0.601, 0.600, fields)

@@ -54,7 +54,7 @@ from zoo.swin.windows import shifted_window_mask
 COST_DIM, COST_HEADS, COST_WINDOW = 64, 2, 8
 # (b, c) the 16×16 patch grid of a 32×32 image at patch 2, 4×4 windows shifted by 2, one output token inside a window
 FIELD_GRID, FIELD_WINDOW, FIELD_BLOCKS, FIELD_TOKEN = 16, 4, (1, 2, 4), (5, 6)
-# (d) four blocks at one resolution on the 8×8 grid of patch 4: 2×2 windows of 4×4 patches; ~0.1 s per step
+# (d) four blocks at one resolution on the 8×8 grid of patch 4: 2×2 windows of 4×4 patches; 0.15 s per step (loaded)
 LESSON_SWIN = dict(patch_size=4, embed_dim=32, depths=(4,), heads=(2,), window_size=4, hierarchy=False,
                    drop_path=0.0)
 LR = 5e-3  # the lesson's batches of 32 at 300-1,500 steps: 2e-3 left both models near 45 % after 300 steps
@@ -182,8 +182,9 @@ def window_of(token: tuple[int, int], window: int, grid: int) -> Tensor:
 
 def receptive_fields(seed: int) -> dict[str, dict[int, Tensor]]:
     """The field of ``FIELD_TOKEN`` after each of ``FIELD_BLOCKS`` blocks, with and without the shift."""
-    return {name: {k: receptive_field(field_model(seed, name == "shift"), FIELD_TOKEN, k, seed) for k in FIELD_BLOCKS}
-            for name in ("no shift", "shift")}
+    models = {name: field_model(seed, name == "shift") for name in ("no shift", "shift")}
+    return {name: {k: receptive_field(model, FIELD_TOKEN, k, seed) for k in FIELD_BLOCKS}
+            for name, model in models.items()}
 
 
 def corner_leak(seed: int, blocks: int = 2) -> int:
@@ -294,9 +295,10 @@ def _verdict(f: dict) -> tuple[str, str]:
               f"({p['no shift'][1]} → {p['no shift'][last]} patches over {last} blocks, "
               f"{fld['outside_window']['no shift'][last]} outside); with it the field grows "
               f"{' → '.join(str(p['shift'][k]) for k in fld['blocks'])} patches after "
-              f"{', '.join(str(k) for k in fld['blocks'])} blocks, and the shift {effect}: "
-              f"{100 * f['accuracy']['shift']:.1f} % vs {100 * f['accuracy']['no shift']:.1f} % "
-              f"({gain:+.1f} points, McNemar p = {f['mcnemar_p']:.2g}).")
+              f"{', '.join(str(k) for k in fld['blocks'])} blocks; after {f['steps']} training steps the shift "
+              f"{effect}: {100 * f['accuracy']['shift']:.1f} % vs {100 * f['accuracy']['no shift']:.1f} % "
+              f"({gain:+.1f} points, McNemar p = {f['mcnemar_p']:.2g}; training loss "
+              f"{f['final_loss']['shift']:.2f} vs {f['final_loss']['no shift']:.2f}).")
     return first, second
 
 
@@ -340,6 +342,8 @@ def _body(f: dict) -> str:
         f"one model only: {f['discordant']['only with the shift']} with the shift, "
         f"{f['discordant']['only without']} without (McNemar's exact p = {f['mcnemar_p']:.3g}).",
         markdown_table(acc_rows),
+        "A short budget measures how fast each model learns as much as where it ends up: compare the loss curves, "
+        "and the full run's longer budget (`zoo lab swin-windows` without `--quick`) for the end state.",
         "## Directions (the accuracy check is not part of the article's claim)", markdown_table(checks),
     ])
 
