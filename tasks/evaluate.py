@@ -2,7 +2,8 @@
 
 No training: the run's model, with the preprocessing it was trained with, goes through the same final
 evaluation the training ran (``Task.final_report``), so on the run's own data and checkpoint the numbers are
-the training's own (bit for bit on the CPU). Writes ``metrics.json``, ``report.md`` and
+the training's own (bit for bit on the CPU), computed in the precision the run trained in (``run.json``'s
+``precision``). Writes ``metrics.json``, ``report.md`` and
 ``predictions/<split>.jsonl`` under the output folder.
 """
 
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.precision import eval_context
 from tasks.run import Run
 
 
@@ -41,7 +43,8 @@ def evaluate_run(run: Run, data: str | Path | None = None, split: str | None = N
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        metrics, section = task.final_report(run.model, out, splits=[split] if split else None)
+        with eval_context(run.info.get("precision"), run.model, run.device):  # as the run trained
+            metrics, section = task.final_report(run.model, out, splits=[split] if split else None)
     except (ValueError, FileNotFoundError):  # e.g. a split the data lacks: leave no empty folder behind
         if created and not any(out.iterdir()):
             out.rmdir()

@@ -31,6 +31,7 @@ from tasks.budget import TrainingFlopCounter
 from tasks.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard
 from tasks.mfu import run_utilisation
+from tasks.precision import Precision, probe_training, resolve, training_step
 from tasks.report import markdown_table, plot_curves, write_report
 from tasks.run import RUN_FILE, run_info, write_json_atomic
 from tasks.task import Task
@@ -64,6 +65,10 @@ class Trainer:
         self.dist = init_distributed(self.device)
         if self.dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", self.dist.local_rank)
+        # auto is probed in fit(), on the built model; the others are known (or refused) before any data loads
+        self.precision: Precision | None = (None if config.precision == "auto" else
+                                            resolve(config.precision, self.device, distributed=self.dist.enabled))
+        self.precision_used: str = self.precision.used if self.precision else "fp32"  # "fp32" or "bf16"
         self.task = task_class(config, self.device, self.dist)
         self.out = config.out_dir
         self.ckpt_dir = self.out / "checkpoints"
@@ -77,9 +82,21 @@ class Trainer:
         return self.dist.is_main
 
     def _autocast(self):
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return nullcontext()
+        """The precision context of every forward, training and evaluation alike (:mod:`tasks.precision`)."""
+        return self.precision.context(self.model, self.device)
+
+    def _probe_precision(self, saved: str | None) -> Precision:
+        """``--precision auto``: time this model's training step in both precisions (a resumed run keeps
+        the choice its checkpoint recorded)."""
+        if saved is not None:
+            return resolve("auto", self.device, lambda: Precision("auto", saved, f"auto: {saved}, as the run began"),
+                           self.dist.enabled)
+        c, task = self.config, self.task
+        key = {"task": task.name, "model": getattr(task, "model_config", None),
+               "config": {k: v for k, v in c.to_dict().items() if k not in _UNTIMED_FIELDS}}
+        step = training_step(task, task.train_batches(0)[0], self.device)  # the first batch the run trains on
+        return resolve("auto", self.device, lambda: probe_training(step, self.model, task.make_optimizer,
+                                                                   self.device, key), self.dist.enabled)
 
     def _state(self, epoch: int, batch_in_epoch: int, step: int, rng: dict, best: float | None) -> dict:
         return {
@@ -95,6 +112,7 @@ class Trainer:
             "history": self.history,
             "config": self.config.to_dict(),
             "task": self.task.name,
+            "precision": self.precision_used,
         }
 
     def _save(self, name: str, state: dict) -> None:
@@ -138,11 +156,16 @@ class Trainer:
             epoch, batch_in_epoch, step = state["epoch"], state["batch_in_epoch"], state["step"]
             best, self.history = state["best"], list(state["history"])
             log.info("resumed from %s at epoch %d, step %d", last, epoch + 1, step)
+        if self.precision is None:
+            self.precision = self._probe_precision(state.get("precision") if c.resume else None)
+            self.precision_used = self.precision.used
+        log.info("precision: %s", self.precision.reason)
         if self.main:
             self.out.mkdir(parents=True, exist_ok=True)
             c.save(self.out / "config.json")
             task.save_artifacts(self.out)
-            write_json_atomic(self.out / RUN_FILE, run_info(task))  # what `zoo.load_run` rebuilds the model from
+            write_json_atomic(self.out / RUN_FILE, {**run_info(task), "precision": self.precision_used})  # what
+            # `zoo.load_run` rebuilds the model from; `zoo evaluate` evaluates in the precision recorded here
         if c.doctor and self.main:  # examines the model now (it leaves weights, gradients and RNG as they were)
             from tasks.doctor.training import TrainingDoctor
 
@@ -255,7 +278,8 @@ class Trainer:
     @torch.no_grad()
     def _evaluate(self, split: str) -> dict[str, float]:
         self.model.eval()
-        records = gather_records(self.task.evaluate(self.model, split), self.dist)
+        with self._autocast():
+            records = gather_records(self.task.evaluate(self.model, split), self.dist)
         self.model.train()
         return self.task.score(records, split)
 
@@ -265,7 +289,8 @@ class Trainer:
         if best_path.exists():
             self.model.load_state_dict(load_checkpoint(best_path)["model"])
         self.model.eval()
-        final, section = self.task.final_report(self.model, self.out)
+        with self._autocast():
+            final, section = self.task.final_report(self.model, self.out)
         summary = {
             "task": self.task.name,
             "variant": self.config.variant,
@@ -275,6 +300,8 @@ class Trainer:
             "train_seconds": seconds,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "items_per_s": self.items_seen / max(self.train_seconds, 1e-9),
+            "precision": self.precision_used,
+            "precision_reason": self.precision.reason,
             "utilisation": run_utilisation(self),  # training FLOP/s and MFU (tasks.mfu)
             "final": final,
             "history": self.history,
@@ -317,6 +344,9 @@ class Trainer:
             log.warning("delta analysis failed: %s", error)
             return f"## What changed\n\nThe delta analysis failed: {error}"
         return render_markdown(report, heading="##")
+
+
+_UNTIMED_FIELDS = frozenset({"out", "resume", "progress", "epochs", "doctor", "precision", "lr", "warmup"})
 
 
 def auxiliary_weights(config) -> dict[str, float]:
