@@ -63,6 +63,9 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("moe-routing", "How MoE routes tokens", "ffn",
            "Does the load collapse without the balancing loss, what do the capacity factor and top-1 vs top-2 "
            "drop and cost, and how does a batch-ranked capacity leak the future?", "tasks.lab.moe_routing"),
+    Lesson("exposure-bias", "Exposure bias: teacher forcing vs free running", "decoding",
+           "How far does greedy decoding fall below the teacher-forced accuracy, position by position, and does "
+           "scheduled sampling close the gap?", "tasks.lab.exposure_bias"),
 )}
 
 
