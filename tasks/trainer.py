@@ -144,6 +144,11 @@ class Trainer:
         self.scheduler = task.make_scheduler(self.optimizer, total_steps)
         self.scaler = torch.amp.GradScaler(enabled=False)  # bf16 needs no loss scaling; kept for fp16 users
         wrapped = DistributedDataParallel(self.model) if self.dist.enabled else self.model
+        self.eval_model = self.model  # what evaluation calls: the plain module, or its compiled forward
+        if c.compile:  # checkpoints keep holding self.model; the compiled modules share its parameters
+            from tasks.compiled import compile_for_trainer
+
+            wrapped, self.eval_model = compile_for_trainer(wrapped, self.model, task.name, c.variant)
 
         epoch, batch_in_epoch, step, best = 0, 0, 0, None
         if c.resume:
@@ -279,7 +284,7 @@ class Trainer:
     def _evaluate(self, split: str) -> dict[str, float]:
         self.model.eval()
         with self._autocast():
-            records = gather_records(self.task.evaluate(self.model, split), self.dist)
+            records = gather_records(self.task.evaluate(self.eval_model, split), self.dist)
         self.model.train()
         return self.task.score(records, split)
 
@@ -290,7 +295,7 @@ class Trainer:
             self.model.load_state_dict(load_checkpoint(best_path)["model"])
         self.model.eval()
         with self._autocast():
-            final, section = self.task.final_report(self.model, self.out)
+            final, section = self.task.final_report(self.eval_model, self.out)
         summary = {
             "task": self.task.name,
             "variant": self.config.variant,
