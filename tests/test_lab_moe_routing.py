@@ -123,7 +123,8 @@ def test_reduced_lesson_directions_and_files(tmp_path):
     result = run_lesson("moe-routing", LabSettings(tmp_path, quick=True, scale=0.2, progress=False))
     f = result.findings
     without, with_ = f["balance"]["without"], f["balance"]["with"]
-    # 40 steps: the load entropy over training, 0.67 without the balancing loss vs 1.26 with it (ATEN default)
+    # 40 steps: the load entropy over training, 0.67 without the balancing loss vs 1.26 with it (the same to 3
+    # digits with ATEN_CPU_CAPABILITY=default and avx512); drops 35 % at factor 0.5 vs 9 % at 2.0
     assert with_["mean_load_entropy"] - without["mean_load_entropy"] > 0.1, (without, with_)
     dropped = [r["dropped"] for r in f["capacity"]]
     assert dropped[0] > 2 * dropped[-1], dropped  # factor 0.5 drops far more than 2.0
