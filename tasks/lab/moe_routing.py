@@ -58,6 +58,7 @@ BALANCE = 1e-2  # Switch's α for the balancing loss
 Z_WEIGHT = 1e-3  # ST-MoE's router z-loss weight, in every run (it keeps the router logits small, not balanced)
 WIDTH = 64  # d_model of the lesson's model (tiny preset otherwise: 2 + 2 layers, MoE in layer 1 of each stack)
 LR = 2e-3
+COLLAPSE = 0.1  # nats of load entropy (mean over training): "the balancing loss raises it" needs at least this
 
 
 # --- the old capacity policy, as a lab switch -----------------------------------------------------------
@@ -219,11 +220,10 @@ def leak(model: nn.Module, src: Tensor, tgt: Tensor, positions: list[int]) -> di
 
 
 def moe_model(data: Seq2SeqData, seed: int, k: int = 2, capacity_factor: float = 1.25,
-              dropless: bool = False, every: int = 2) -> nn.Module:
+              dropless: bool = False) -> nn.Module:
     """The lesson's model: the lab's tiny Transformer at width :data:`WIDTH` with the ``"moe"`` FFN."""
-    return small_transformer(data, seed=seed, d_model=WIDTH, d_ff=2 * WIDTH, ffn="moe",
-                             ffn_options={"n_experts": EXPERTS, "k": k, "capacity_factor": capacity_factor,
-                                                          "dropless": dropless, "every": every})
+    options = {"n_experts": EXPERTS, "k": k, "capacity_factor": capacity_factor, "dropless": dropless}
+    return small_transformer(data, seed=seed, d_model=WIDTH, d_ff=2 * WIDTH, ffn="moe", ffn_options=options)
 
 
 # --- the lesson ------------------------------------------------------------------------------------------
@@ -324,9 +324,6 @@ def run(settings: LabSettings) -> LessonResult:
     figures = [_plot_load(balance, settings.out / "moe_load.png"),
                _plot_capacity(findings, settings.out / "moe_capacity.png")]
     return LessonResult(_verdict(findings), findings["holds"], findings, _body(findings), figures)
-
-
-COLLAPSE = 0.1  # nats of load entropy (mean over training): "the balancing loss raises it" needs at least this
 
 
 def _findings(balance: dict, sweep: list[dict], top1: dict, steps: int) -> dict:
