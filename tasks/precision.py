@@ -103,9 +103,6 @@ class Precision:
             return autocast
         return _both(autocast, bf16_weights(model))
 
-    def summary(self) -> dict[str, str]:
-        return {"requested": self.requested, "used": self.used, "reason": self.reason}
-
 
 @contextmanager
 def _both(first: AbstractContextManager, second: AbstractContextManager) -> Iterator[None]:
@@ -118,8 +115,8 @@ def resolve(requested: str, device: torch.device, probe: Callable[[], Precision]
     """The :class:`Precision` of a run asked for ``requested`` on ``device``.
 
     ``probe`` runs the ``auto`` timing (see :func:`probe_training`); it is called only when needed.
-    ``distributed`` runs (DDP) take plain autocast for bf16: DDP's gradient hooks expect the parameters
-    themselves in the forward, not copies.
+    ``distributed`` runs (DDP) keep plain autocast for bf16: swapping the parameters inside DDP's forward
+    (whose hooks and buckets are built on the parameters themselves) has not been tested.
     """
     if requested not in PRECISIONS:
         raise unknown_name("precision", requested, PRECISIONS)
