@@ -79,7 +79,7 @@ class CompiledModel(nn.Module):
         if self.fallback_reason is None:
             try:
                 with _backward_compiled_with_forward():
-                    return self.compiled(*args, **kwargs)
+                    return self.compiled(*map(_plain, args), **{k: _plain(v) for k, v in kwargs.items()})
             except torch._dynamo.exc.TorchDynamoException as error:
                 self.fallback_reason = _reason(error)
                 log.warning("torch.compile failed on %s (%s); it runs eagerly from now on, at eager speed",
@@ -114,6 +114,17 @@ def compile_for_trainer(wrapped: nn.Module, model: nn.Module, task_name: str, la
     log.info("compiling %s's forward with torch.compile (dynamic shapes: %s); the first steps pay for it",
              label, "yes" if dynamic else "when a size changes")
     return training, evaluation
+
+
+def _plain(value: Any) -> Any:
+    """A tensor subclass as a plain tensor (same storage), anything else as it is.
+
+    Compiled graphs run on plain tensors: a subclass with a Python ``__torch_function__`` (MONAI's
+    ``MetaTensor``, which medseg's augmentation returns) re-enters its override around every compiled kernel
+    and fails there in dispatch. The model's output then is a plain tensor, which the losses take as well.
+    """
+    return value.as_subclass(torch.Tensor) if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor \
+        else value
 
 
 @contextlib.contextmanager
