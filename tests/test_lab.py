@@ -11,7 +11,8 @@ from tasks.cli import main
 from tasks.lab import LESSONS, LabSettings, Lesson, LessonResult, get_lesson, run_lesson
 from tasks.lab.toolkit import bleu, entropy, noam, saturation, small_transformer, train, translation_data
 
-EXPECTED = ("scale", "mask", "norm", "warmup", "position", "temperature", "init", "params", "small-data")
+EXPECTED = ("scale", "mask", "norm", "warmup", "position", "temperature", "init", "params", "small-data",
+            "swin-windows", "moe-routing", "exposure-bias")
 
 
 def test_index_lists_the_lessons(capsys):
