@@ -140,6 +140,11 @@ def _backward_compiled_with_forward() -> Iterator[None]:
 
 
 def _reason(error: BaseException) -> str:
-    """The first line of a compilation error, with its type: enough to search for, short enough to log."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0][:300] if lines else 'no message'}"
+    """The first line of a compilation error, with its type, and of the backend's own error inside it (a
+    ``BackendCompilerFailed`` says only which backend raised): enough to search for, short enough to log."""
+    def first_line(e: BaseException) -> str:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        return f"{type(e).__name__}: {lines[0][:300] if lines else 'no message'}"
+
+    inner = getattr(error, "inner_exception", None)
+    return first_line(error) + (f" ({first_line(inner)})" if isinstance(inner, BaseException) else "")
