@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from bench_core import check_load, relative_iqr, time_pair
+from bench_core import CLOCKS, bench_parser, check_load, relative_iqr, time_pair
 from torch import nn
 from torch._dynamo.utils import counters
 
@@ -184,17 +184,12 @@ def print_row(row: dict) -> None:
 
 
 CASES = {"translation": translation_case, "cifar": cifar_case, "medseg": medseg_case}
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and translation batches")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per row (default 16, quick 8)")
+    parser = bench_parser(__doc__, "fewer rounds and translation batches",
+                          "timed rounds per row (default 16, quick 8)")
     parser.add_argument("--batches", type=int, default=None, help="translation training batches (default 8, quick 4)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall: perf_counter (default); cpu: process CPU time, steadier on a shared machine")
     parser.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases of {', '.join(CASES)}")
     return parser.parse_args(argv)
 

@@ -114,6 +114,19 @@ HEADER = f"{'benchmark':<52} {'ours':>12} {'peer':>12} {'ours/peer':>9} {'target
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # cpu: this process's CPU time, robust when shared
 
 
+def bench_parser(doc: str, quick: str, rounds: str, clock: bool = True) -> argparse.ArgumentParser:
+    """The flags every benchmark script shares (``--quick``, ``--threads``, ``--rounds`` and, with ``clock``,
+    ``--clock``), described by ``doc``'s first line; ``quick`` and ``rounds`` are the script's own help texts."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--rounds", type=int, default=None, help=rounds)
+    if clock:
+        parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                            help="wall: perf_counter (default); cpu: process CPU time, robust on a shared machine")
+    return parser
+
+
 def time_pair(ours: Step, peer: Step, warmup: int, rounds: int, clock: Callable[[], float] = time.perf_counter
               ) -> tuple[list[float], list[float]]:
     """Milliseconds per call of ``ours`` and ``peer`` on ``clock``, run alternately (order flipped every round)."""
@@ -417,10 +430,8 @@ def bench_memory(batch: int, n: int, threads: int | None, repeats: int) -> list[
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds, skip the 6+6-layer d512 case")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per pair (15; 7 with --quick)")
+    parser = bench_parser(__doc__, "fewer rounds, skip the 6+6-layer d512 case",
+                          "timed rounds per pair (15; 7 with --quick)", clock=False)
     parser.add_argument("--mem-worker", choices=sorted(MEM_KERNELS), help=argparse.SUPPRESS)
     parser.add_argument("--mem-batch", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--mem-n", type=int, default=2048, help=argparse.SUPPRESS)

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 import torch
-from bench_core import CLOCKS, HEADER, Row, print_row, relative_iqr, summarise, time_pair, timed_row
+from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, relative_iqr, summarise, time_pair, timed_row
 from torch import Tensor, nn
 
 import zoo  # noqa: F401  (registers the "linear" attention kernel)
@@ -214,12 +214,8 @@ def bench_linear(lengths: tuple[int, ...], rounds: int, clock: Callable[[], floa
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="mini only, fewer rounds, linear up to L 2048")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per pair (5; 3 with --quick)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall: perf_counter (default); cpu: process CPU time, robust on a shared machine")
+    parser = bench_parser(__doc__, "mini only, fewer rounds, linear up to L 2048",
+                          "timed rounds per pair (5; 3 with --quick)")
     return parser.parse_args(argv)
 
 

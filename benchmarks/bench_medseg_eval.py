@@ -42,7 +42,7 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from bench_core import CLOCKS, HEADER, Row, print_row, summarise, time_pair, timed_row
+from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, time_pair, timed_row
 
 import tasks.medseg.task as medseg_task
 from tasks.distributed import DistInfo
@@ -93,12 +93,8 @@ def bench_scoring(name: str, volumes: list[Volume], preds: list[np.ndarray], num
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds, without the scoring rows of row 2")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per pair (3; 2 with --quick)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall: perf_counter (default); cpu: process CPU time, robust on a shared machine")
+    parser = bench_parser(__doc__, "fewer rounds, without the scoring rows of row 2",
+                          "timed rounds per pair (3; 2 with --quick)")
     return parser.parse_args(argv)
 
 

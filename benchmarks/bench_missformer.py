@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bench_core import CLOCKS, HEADER, Row, print_row, summarise, time_pair, timed_row
+from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, time_pair, timed_row
 from torch import Tensor, nn
 
 import zoo
@@ -136,13 +136,9 @@ def bench_official(directory: Path, warmup: int, rounds: int, clock: Callable[[]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds, only SwinUNETR feature size 12")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per pair (11; 5 with --quick)")
+    parser = bench_parser(__doc__, "fewer rounds, only SwinUNETR feature size 12",
+                          "timed rounds per pair (11; 5 with --quick)")
     parser.add_argument("--batch", type=int, default=8, help="slices per step (8)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall: perf_counter (default); cpu: process CPU time, robust on a shared machine")
     parser.add_argument("--official", type=Path, default=None, metavar="DIR",
                         help="a checkout of github.com/ZhifangDeng/MISSFormer: adds the same-weights row at 224x224")
     parser.add_argument("--skip-swin", action="store_true", help="leave out the SwinUNETR rows")

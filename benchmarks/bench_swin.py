@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from bench_core import CLOCKS, HEADER, Row, eval_diff, print_row, summarise, time_pair, timed_row
+from bench_core import CLOCKS, HEADER, Row, bench_parser, eval_diff, print_row, summarise, time_pair, timed_row
 from timm.models.swin_transformer import SwinTransformer as TimmSwin
 from torch import nn
 
@@ -83,12 +83,8 @@ def bench_train_step(preset: str, warmup: int, rounds: int, clock: Callable[[], 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds, only the cpu preset")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per pair (15; 7 with --quick)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall: perf_counter (default); cpu: process CPU time, robust on a shared machine")
+    parser = bench_parser(__doc__, "fewer rounds, only the cpu preset",
+                          "timed rounds per pair (15; 7 with --quick)")
     return parser.parse_args(argv)
 
 
