@@ -28,6 +28,7 @@ class Task:
     headline: tuple[str, str] = ("test", "")  # (split, metric) in the final results that ranks variants
     extra_columns: tuple[tuple[str, str, str], ...] = ()  # (split, metric, column title) also shown
     eval_splits: tuple[str, ...] = ("test",)  # splits `zoo evaluate --split` accepts; the default is the first
+    preset: str | None = None  # the preset build_model resolved (None: the variant's own default, or a reference model)
     # --variant names that are not zoo variants (e.g. a CNN baseline): name -> builder; no delta analysis
     reference_models: dict[str, Callable[..., nn.Module]] = {}
 
@@ -72,6 +73,7 @@ class Task:
         preset, shape = c.preset, TASK_SHAPES.get(self.name)
         if preset is None and shape is not None and shape.preset in variant.presets:
             preset = shape.preset
+        self.preset = preset
         self.model_config = variant.config(preset, **overrides)
         return variant.build(self.model_config)
 

@@ -8,13 +8,13 @@ training data the validation/training gap.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
+import zoo
 from core.errors import check_positive
 from tasks.distributed import DistInfo, select_device
 from tasks.doctor.data import task_batch, unigram_plateau
@@ -75,8 +75,6 @@ def doctor_variant(variant: str, task_name: str | None = None, preset: str | Non
                    batch_size: int = 64, seed: int = 0, n_train: int | None = None) -> Diagnosis:
     """Examine ``variant`` at initialisation, built by the task runner exactly as ``zoo train`` would build it,
     on a batch of the task's embedded data (``mistake``: inject one of :data:`tasks.doctor.mistakes.MISTAKES`)."""
-    import zoo
-
     check_positive("batch_size", batch_size)
     task_name = task_name or zoo.get_variant(variant).tasks[0]
     cls = task_class(task_name)
@@ -100,8 +98,9 @@ def doctor_variant(variant: str, task_name: str | None = None, preset: str | Non
     warmup = harm.warmup if harm is not None and harm.warmup is not None else config.warmup
     diagnosis = examine(model, task_batch(task, eval_split(task), batch_size), task.name, trained=False,
                         warmup_steps=warmup)
-    default = getattr(importlib.import_module(cls.__module__), "DEFAULT_PRESET", None)  # the task's, as zoo train
-    shown = preset or (f"{default} (the task's default)" if default else "the task's default")
+    own = zoo.get_variant(variant, task_name).default_preset if variant in zoo.list_variants(task_name) else None
+    shown = preset or (f"{task.preset} (the task's default)" if task.preset
+                       else f"{own} (the variant's default)" if own else "the variant's default")
     diagnosis.context["source"] = (f"variant {variant} ({task_name}, preset {shown}) at "
                                    f"initialisation, seed {seed}" + (f", with the mistake {mistake!r} injected"
                                                                      if mistake else ""))

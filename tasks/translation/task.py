@@ -134,6 +134,7 @@ class TranslationTask(Task):
         c: TranslationConfig = self.config
         variant = zoo.get_variant(c.variant, self.name)
         preset = c.preset or (DEFAULT_PRESET if DEFAULT_PRESET in variant.presets else None)
+        self.preset = preset
         tok = self.tokenizer
         longest = max(len(s) for s in self.train_src) + 50
         config = variant.config(preset, **{"max_len": max(512, 4 * longest), **c.model, "src_vocab": tok.vocab_size,
