@@ -27,6 +27,21 @@ A compilation failure (``torch._dynamo`` cannot trace a construct, the backend c
 compiler) does not end the run: the model runs eagerly from then on, after one warning that names the model
 and the reason. Numbers are unaffected either way (eager is the reference); only the speed is lost, and a
 training run that took minutes to reach its first step should not die on an optimisation it asked for.
+
+**Checked against eager.** A compiler that compiles but computes something else is worse than one that fails:
+the run goes on with wrong numbers and nothing says so. (Seen: on one CI machine's CPU, inductor's code for the
+tiny float64 Transformer of ``tests/test_compile.py`` gave a loss 1.3 % off eager's, while on this workplace's
+CPUs it matched to the last bit.) So the first compiled call in each mode (training / evaluation, with / without
+gradients) is also run eagerly on the same inputs and the two outputs are compared, at a tolerance scaled to
+the output's magnitude and set by its dtype (:data:`CHECK_TOLERANCE`: reordered sums, never a wrong result, fit
+in it). A mismatch is treated like a compilation failure: one warning with the largest difference, and eager
+from then on. The eager reference runs without gradients, its random numbers drawn from a forked generator, and
+the model's buffers (batch-norm statistics) are put back afterwards, so the run continues exactly as if
+it had not happened. A forward that draws random numbers that matter (dropout in training: two seeds give two
+outputs, and compiled code draws other numbers than eager) cannot be compared; the same batch is then compared
+in evaluation mode instead, at once (translation's evaluation never calls the forward, so this is the only check
+it gets; it compiles the evaluation graph one batch early for the image tasks and adds it for translation).
+Later shapes are not checked again: the check costs two or three eager forwards without gradients, once.
 """
 
 from __future__ import annotations
@@ -38,12 +53,17 @@ from typing import Any
 
 import torch
 import torch._dynamo  # torch.compile's tracer: its exceptions
-from torch import nn
+from torch import Tensor, nn
+from torch.utils._pytree import keystr, tree_flatten_with_path
 
 log = logging.getLogger(__name__)
 
 # Tasks whose training batches change their sequence lengths from batch to batch (length buckets).
 DYNAMIC_TASKS = frozenset({"translation"})
+
+# The largest difference between compiled and eager outputs that is rounding, as a fraction of the eager output's
+# largest magnitude, by the output's dtype (the reduced precisions: autocast's fused vs unfused roundings).
+CHECK_TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
 
 
 def dynamic_shapes(task_name: str) -> bool | None:
@@ -63,28 +83,75 @@ class CompiledModel(nn.Module):
         model: the module to compile (the task's model, or its ``DistributedDataParallel`` wrapper).
         dynamic: ``torch.compile``'s ``dynamic``: see :func:`dynamic_shapes`.
         label: names the model in the fallback warning (e.g. the variant).
+        check: compare the first compiled call of each mode with eager (see the module's docstring).
     """
 
-    def __init__(self, model: nn.Module, dynamic: bool | None = None, label: str = "the model") -> None:
+    def __init__(self, model: nn.Module, dynamic: bool | None = None, label: str = "the model",
+                 check: bool = True) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module to compile, got {type(model).__name__}")
         self.module = model
         self.label = label
-        self.fallback_reason: str | None = None  # why it runs eagerly, once compilation failed
+        self.check = check
+        self.fallback_reason: str | None = None  # why it runs eagerly, once compilation failed or miscomputed
+        # (training, grad enabled) of each mode whose first call ran -> how it compared with eager: "matched",
+        # "differed" (the fallback's reason says by how much) or "random" (dropout: not comparable)
+        self.checked: dict[tuple[bool, bool], str] = {}
         # Not registered as a child: it wraps the same module, whose parameters would be listed twice.
         object.__setattr__(self, "compiled", torch.compile(model, dynamic=dynamic))
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.fallback_reason is None:
+            plain_args, plain_kwargs = tuple(map(_plain, args)), {k: _plain(v) for k, v in kwargs.items()}
             try:
+                mode = (self.module.training, torch.is_grad_enabled())
+                if self.check and mode not in self.checked:
+                    return self._checked_call(mode, plain_args, plain_kwargs)
                 with _backward_compiled_with_forward():
-                    return self.compiled(*map(_plain, args), **{k: _plain(v) for k, v in kwargs.items()})
+                    return self.compiled(*plain_args, **plain_kwargs)
             except torch._dynamo.exc.TorchDynamoException as error:
-                self.fallback_reason = _reason(error)
-                log.warning("torch.compile failed on %s (%s); it runs eagerly from now on, at eager speed",
-                            self.label, self.fallback_reason)
+                self._fall_back("torch.compile failed on %s (%s)", _reason(error))
         return self.module(*args, **kwargs)
+
+    def _checked_call(self, mode: tuple[bool, bool], args: tuple, kwargs: dict) -> Any:
+        """The compiled call, compared with eager on the same inputs; eager's result if the two differ."""
+        buffers = _snapshot(self.module)
+        reference = _eager_reference(self.module, args, kwargs, buffers)
+        with _backward_compiled_with_forward():
+            out = self.compiled(*args, **kwargs)
+        if reference is not None:
+            mismatch = _mismatch(out, reference)
+            self.checked[mode] = "matched" if mismatch is None else "differed"
+        else:  # dropout in training: not comparable, so the same batch is compared in evaluation mode instead
+            self.checked[mode] = "random"
+            mismatch = self._evaluation_mismatch(args, kwargs)
+        if mismatch is None:
+            return out
+        _restore(self.module, buffers)  # the compiled call's batch-norm update is undone; eager's replaces it
+        self._fall_back("torch.compile miscomputed %s (%s)", f"its output differs from eager's: {mismatch}")
+        return self.module(*args, **kwargs)
+
+    def _evaluation_mismatch(self, args: tuple, kwargs: dict) -> str | None:
+        """Compare the evaluation forward (no gradients) on these inputs, once; where it differs, in words."""
+        mode = (False, False)
+        if mode in self.checked:
+            return None
+        training = self.module.training
+        self.module.eval()
+        try:
+            with torch.no_grad():
+                reference = _eager_reference(self.module, args, kwargs, _snapshot(self.module))
+                out = self.compiled(*args, **kwargs)
+        finally:
+            self.module.train(training)
+        mismatch = _mismatch(out, reference)
+        self.checked[mode] = "matched" if mismatch is None else "differed"
+        return None if mismatch is None else f"in evaluation mode, {mismatch}"
+
+    def _fall_back(self, message: str, reason: str) -> None:
+        self.fallback_reason = reason
+        log.warning(message + "; it runs eagerly from now on, at eager speed", self.label, reason)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -114,6 +181,59 @@ def compile_for_trainer(wrapped: nn.Module, model: nn.Module, task_name: str, la
     log.info("compiling %s's forward with torch.compile (dynamic shapes: %s); the first steps pay for it",
              label, "yes" if dynamic else "when a size changes")
     return training, evaluation
+
+
+def _eager_reference(module: nn.Module, args: tuple, kwargs: dict, buffers: dict[str, Tensor]) -> Any:
+    """``module``'s eager output for these inputs, without gradients and with its buffers put back; ``None``
+    when the forward draws random numbers that matter (in training mode it runs under two seeds, and the two
+    outputs differ). The global random state is untouched (a forked generator)."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    outputs = []
+    for seed in (0, 1) if module.training else (0,):
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            outputs.append(module(*args, **kwargs))
+        _restore(module, buffers)
+    if len(outputs) == 2 and _mismatch(outputs[1], outputs[0]) is not None:
+        return None
+    return outputs[0]
+
+
+def _snapshot(module: nn.Module) -> dict[str, Tensor]:
+    return {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+
+
+def _restore(module: nn.Module, buffers: dict[str, Tensor]) -> None:
+    with torch.no_grad():
+        for name, buffer in module.named_buffers():
+            buffer.copy_(buffers[name])
+
+
+def _mismatch(out: Any, reference: Any) -> str | None:
+    """Where ``out`` differs from ``reference`` beyond rounding (:data:`CHECK_TOLERANCE`), in words; ``None``
+    if nowhere. Compares every tensor of the two (nested tuples, lists, dicts)."""
+    outs, out_spec = tree_flatten_with_path(out)
+    refs, ref_spec = tree_flatten_with_path(reference)
+    if out_spec != ref_spec:
+        return f"a different structure ({out_spec} vs {ref_spec})"
+    for (_, o), (path, r) in zip(outs, refs):
+        if not isinstance(r, Tensor):
+            continue
+        where = f"output{keystr(path)}" if path else "the output"
+        if not isinstance(o, Tensor) or o.shape != r.shape or o.dtype != r.dtype:
+            return f"{where}: {type(o).__name__} {getattr(o, 'shape', '')} vs {r.dtype} {tuple(r.shape)}"
+        if not r.is_floating_point():
+            if not torch.equal(o, r):
+                return f"{where}: {(o != r).sum().item()} of {r.numel()} entries differ"
+            continue
+        o64, r64 = o.detach().double(), r.detach().double()
+        finite = r64[torch.isfinite(r64)]
+        scale = finite.abs().max().item() if finite.numel() else 1.0
+        allowed = CHECK_TOLERANCE.get(r.dtype, 5e-2) * max(scale, 1e-12)
+        if not torch.isclose(o64, r64, rtol=0.0, atol=allowed, equal_nan=True).all():
+            difference = (o64 - r64).abs().nan_to_num(float("inf")).max().item()
+            return f"{where}: largest difference {difference:.3g}, allowed {allowed:.3g} ({r.dtype}, |max| {scale:.3g})"
+    return None
 
 
 def _plain(value: Any) -> Any:
