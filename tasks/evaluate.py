@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.precision import eval_context
 from tasks.run import Run
 
 
@@ -43,7 +42,7 @@ def evaluate_run(run: Run, data: str | Path | None = None, split: str | None = N
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        with eval_context(run.info.get("precision"), run.model, run.device):  # as the run trained
+        with run.context():  # the precision the run trained in
             metrics, section = task.final_report(run.model, out, splits=[split] if split else None)
     except (ValueError, FileNotFoundError):  # e.g. a split the data lacks: leave no empty folder behind
         if created and not any(out.iterdir()):

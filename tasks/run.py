@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from torch import nn
 from tasks.checkpoint import load_checkpoint, package_version
 from tasks.config import config_from_dict
 from tasks.distributed import DistInfo, select_device
+from tasks.precision import eval_context
 from tasks.registry import task_class
 from tasks.task import Task
 
@@ -99,6 +101,19 @@ class Run:
     @property
     def preprocessing(self) -> dict[str, Any]:
         return self.info["preprocessing"]
+
+    @property
+    def precision(self) -> str:
+        """What the run trained in, ``fp32`` or ``bf16`` (``run.json``'s ``precision``; older runs: fp32)."""
+        return self.info.get("precision") or "fp32"
+
+    def context(self) -> AbstractContextManager:
+        """The precision the model computes in as it was trained: ``with run.context(): run.model(x)``.
+
+        ``zoo evaluate`` and every task's ``predict`` run the model in it, so a bf16-trained model is scored
+        and used in bf16, as its validation scores were measured.
+        """
+        return eval_context(self.info.get("precision"), self.model, self.device)
 
 
 def read_run_info(path: str | Path) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
+from torch import nn
 
 # Tests use tiny models: one thread is faster, and immune to OpenMP spin-waiting when the machine is busy.
 # ZOO_TEST_THREADS=2 runs them on two: no test may depend on it (tests/README.md: numerics across machines).
@@ -59,3 +62,17 @@ def copy_model():
         opt.step()
         schedule.step()
     return model.eval()
+
+
+@contextmanager
+def weight_dtypes(model: nn.Module) -> Iterator[set[torch.dtype]]:
+    """The dtypes of the weights ``model``'s linear and convolution layers computed with inside the block
+    (bf16 under a bf16 run's precision context, which swaps in bfloat16 copies of the parameters)."""
+    seen: set[torch.dtype] = set()
+    layers = [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d, nn.Conv3d))]
+    handles = [m.register_forward_pre_hook(lambda module, args: seen.add(module.weight.dtype)) for m in layers]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()

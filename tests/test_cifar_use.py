@@ -23,6 +23,7 @@ from tasks.evaluate import evaluate_run
 from tasks.records import read_records, split_hash
 from tasks.run import export_run
 from tasks.trainer import Trainer
+from tests.conftest import weight_dtypes
 
 N_TRAIN, N_TEST = 300, 60
 
@@ -188,6 +189,21 @@ def test_attention_maps_are_written_per_image(trained, test_images, tmp_path):
     from tasks.cifar.report import attention_heatmaps
 
     assert attention_heatmaps(model, torch.randn(2, 1, 32, 32)).shape == (2, 8, 8)  # Swin's map, windows joined
+
+
+def test_predict_computes_in_the_precision_the_run_trained_in(trained, test_images, tmp_path):
+    files = []
+    for i, image in enumerate(test_images[0][:3]):
+        files.append(str(tmp_path / f"{i}.png"))
+        Image.fromarray(image).save(files[-1])
+    run = zoo.load_run(trained[0])
+    run.info["precision"] = "bf16"  # what a --precision bf16 run records in run.json
+    with weight_dtypes(run.model) as seen:
+        predict(run, files, str(tmp_path / "bf16.csv"), progress=False)
+    assert seen == {torch.bfloat16}
+    with open(tmp_path / "bf16.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 and all(0 < float(r["probability"]) <= 1 for r in rows)
 
 
 def test_exported_run_predicts_identically(trained, test_images, tmp_path):

@@ -16,6 +16,7 @@ from tasks.medseg.task import MedsegConfig, MedsegTask
 from tasks.records import read_records
 from tasks.run import export_run, load_run
 from tasks.trainer import Trainer
+from tests.conftest import weight_dtypes
 
 SMALL = {"image_size": 32, "epochs": 1, "batch_size": 4, "valid_cases": 1, "progress": False, "overlay_slices": 0,
          "device": "cpu"}
@@ -107,6 +108,14 @@ def test_predict_writes_one_label_volume_per_input(trained, data, tmp_path):
         assert label.shape == volume.shape and label.dtype == np.uint8 and label.max() < 9
         np.testing.assert_array_equal(label, run.task.predict_volume(run.model, volume))
         assert spacing == volume.spacing
+
+
+def test_predict_computes_in_the_precision_the_run_trained_in(trained, data, tmp_path):
+    run = load_run(trained[0])
+    run.info["precision"] = "bf16"  # what a --precision bf16 run records in run.json
+    with weight_dtypes(run.model) as seen:
+        summary = predict(run, [data / "test_vol_h5" / "case0001.npy.h5"], tmp_path / "out", progress=False)
+    assert seen == {torch.bfloat16} and summary.startswith("wrote 1 label volume")
 
 
 def test_predict_with_labels_scores_as_evaluate_does(trained, data, tmp_path):

@@ -21,6 +21,7 @@ from tasks.trainer import Trainer
 from tasks.translation.corpus import generate_corpus
 from tasks.translation.predict import predict
 from tasks.translation.task import TranslationConfig, TranslationTask
+from tests.conftest import weight_dtypes
 
 RECORD_KEYS = ["id", "source", "reference", "greedy", "beam", "sample", "chrf", "bleu"]
 
@@ -120,6 +121,17 @@ def test_predict_one_line_per_input_in_order(run, tmp_path):
     assert lines[1] == "" and all(lines[i] for i in (0, 2, 3, 4))
     assert (tmp_path / "back.txt").read_text().split("\n")[:-1] == lines[:-1][::-1]
     assert summary.startswith("translated 4 sentences (and kept 1 empty line empty) with greedy decoding on cpu")
+
+
+@pytest.mark.parametrize("trained_in, computes_in", [("bf16", torch.bfloat16), ("fp32", torch.float32)])
+def test_predict_computes_in_the_precision_the_run_trained_in(run_dir, tmp_path, trained_in, computes_in):
+    run = load_run(run_dir)
+    run.info["precision"] = trained_in  # what a --precision bf16 run records in run.json
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    with weight_dtypes(run.model) as seen:
+        predict(run, [str(tmp_path / "in.txt")], str(tmp_path / "out.txt"), progress=False)
+    assert run.precision == trained_in and seen == {computes_in}
+    assert all(p.dtype == torch.float32 for p in run.model.parameters())  # the copies were for the block only
 
 
 def test_predict_decodes_as_the_evaluation_did(run, run_dir, tmp_path):

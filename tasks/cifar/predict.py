@@ -126,7 +126,8 @@ def predict(run: Run, inputs: list[str], out: str | None = None, progress: bool 
     for start in range(0, len(files), size):
         chunk = files[start : start + size]
         images = torch.from_numpy(np.stack([load_image(f, task.in_channels, task.native_size) for f in chunk]))
-        probs = task.logits(model, images, size).softmax(-1)  # (b, K)
+        with run.context():  # the precision the run trained in
+            probs = task.logits(model, images, size).float().softmax(-1)  # (b, K)
         top_p, top_k = probs.topk(min(5, probs.shape[-1]), dim=-1)  # (b, 5)
         for file, ks, ps in zip(chunk, top_k.tolist(), top_p.tolist()):
             rows.append([str(file), task.class_names[ks[0]], f"{ps[0]:.4f}",

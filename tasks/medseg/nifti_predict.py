@@ -61,7 +61,8 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
         image = loaded.image[0] if loaded.image.shape[0] == 1 else loaded.image  # (D, H, W) or (C, D, H, W)
         label = loaded.label if loaded.label is not None else np.zeros(image.shape[-3:], np.uint8)  # unused zeros
         volume = Volume(case, image, label, loaded.spacing)
-        pred = task.predict_volume(run.model, volume, batch_size)  # (D, H, W) canonical
+        with run.context():  # the precision the run trained in
+            pred = task.predict_volume(run.model, volume, batch_size)  # (D, H, W) canonical
         if scores is None:
             write_label_nifti(out / f"{case}{ending}", to_original(pred, loaded.geometry), loaded.geometry)
             continue

@@ -97,7 +97,8 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
         _check_intensity(image, run)
         volume = Volume(image.case, image.array, label.array if label else np.zeros(image.array.shape, np.uint8),
                         image.spacing or (label.spacing if label else None))  # without labels, unused zeros
-        pred = task.predict_volume(run.model, volume, batch_size)  # (D, H, W) uint8
+        with run.context():  # the precision the run trained in
+            pred = task.predict_volume(run.model, volume, batch_size)  # (D, H, W) uint8
         write_label(out / file.name, pred, image)
         if label is not None:
             records.append(task.case_record(volume, pred))

@@ -57,8 +57,9 @@ def predict(run: Run, inputs: list[str], out: str | None, progress: bool = True,
                              f"most {limit} tokens ({why}); split the sentence into shorter ones")
     tic = time.perf_counter()
     generator = torch.Generator(device=run.device).manual_seed(run.config.seed) if method == "sample" else None
-    translated = task.translate(run.model, [sentences[i] for i in todo], method, batch_size, generator,
-                                progress=progress and len(todo) > batch_size, **options)  # bar: > 1 batch
+    with run.context():  # the precision the run trained in
+        translated = task.translate(run.model, [sentences[i] for i in todo], method, batch_size, generator,
+                                    progress=progress and len(todo) > batch_size, **options)  # bar: > 1 batch
     outputs = [""] * len(sentences)
     for i, text in zip(todo, translated):
         outputs[i] = text
