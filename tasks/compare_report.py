@@ -93,7 +93,11 @@ def explain_tests(comparison: dict[str, Any], roles: tuple[str, ...]) -> list[st
         if meta["role"] in roles and meta["tests"]:
             lines.append(f"- *{_title(meta)}* ({'higher' if meta['higher_is_better'] else 'lower'} is better): "
                          f"{'; '.join(meta['tests'])}.")
-    lines.append(f"- p-values Holm-corrected over the {n} comparison(s) of each metric; verdicts at "
+    if n == 0:  # the baseline alone: nothing was tested
+        lines.append(f"- No comparison: only the baseline was run. Intervals of the means: "
+                     f"{comparison['ci95_method']}.")
+        return lines
+    lines.append(f"- p-values Holm-corrected over the {n} comparison{'s' * (n != 1)} of each metric; verdicts at "
                  f"α = {comparison['alpha']:g}. Δ intervals: percentile intervals of the same paired bootstrap. "
                  f"Intervals of the means: {comparison['ci95_method']}. The tests measure test-set noise; "
                  "'seeds agreeing' counts the seeds whose Δ alone (against the reference's mean on the same "

@@ -62,6 +62,13 @@ def test_runs_reproduce_the_trained_table(trained, capsys):
     assert rebuilt["rows"] == original["rows"]
 
 
+def test_the_baseline_alone_is_tabulated_without_tests(trained, capsys):
+    out, _ = trained
+    assert main(["compare", "cifar", "--runs", str(out / "vit-seed0"), "--out", str(out.parent / "alone")]) == 0
+    printed = capsys.readouterr().out
+    assert "No comparison: only the baseline was run" in printed and "Holm-corrected" not in printed
+
+
 def test_runs_on_different_data_are_refused(trained, capsys):
     out, _ = trained
     other = out.parent / "other-data"
