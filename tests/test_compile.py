@@ -65,6 +65,21 @@ def test_compiled_translation_model_equals_eager_without_recompiling():
     assert list(compiled.state_dict()) == list(eager.state_dict())  # no _orig_mod. / module. prefixes
 
 
+@pytest.mark.parametrize("task, name", [("translation", "classic"), ("cifar", "vit"), ("cifar", "swin")])
+def test_models_trace_as_one_graph(task, name):
+    """No graph breaks (dynamo's tracer alone, no compiler: cheap). The token-id range check used to read the ids
+    (``int(ids.min())``) and split the translation model into pieces; MoE's data-dependent dispatch still does."""
+    from zoo.registry import create
+
+    model = create(name, preset="tiny", task=task).eval()
+    gen = torch.Generator().manual_seed(0)
+    inputs = ((torch.randint(3, 16, (2, 6), generator=gen), torch.randint(3, 16, (2, 5), generator=gen))
+              if task == "translation" else (torch.randn(2, 3, 32, 32, generator=gen),))
+    explained = torch._dynamo.explain(model)(*inputs)
+    torch._dynamo.reset()
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 class StandIn:
     """What the fake ``torch.compile`` returns: runs the module eagerly, counts calls."""
 
