@@ -16,6 +16,7 @@ import functools
 import inspect
 import io
 import json
+import os
 import tokenize
 import typing
 from dataclasses import dataclass, field, fields
@@ -23,6 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import check_bool, check_int, check_number, check_positive, unknown_name
+
+
+def cache_root() -> Path:
+    """Where the package caches what it measured or generated: ``$ZOO_CACHE`` (default
+    ``~/.cache/transformer-zoo``): matmul peaks, precision probes, the default medseg phantom."""
+    return Path(os.environ.get("ZOO_CACHE", "~/.cache/transformer-zoo")).expanduser()
 
 # Fields that may differ between a checkpoint and the run that resumes it.
 RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads", "doctor", "compile"})

@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from tasks.config import cache_root
+
 log = logging.getLogger(__name__)
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -45,7 +47,7 @@ CACHE_FORMAT = 1
 
 def cache_dir() -> Path:
     """``$ZOO_CACHE/matmul-peak`` (default ``~/.cache/transformer-zoo/matmul-peak``)."""
-    return Path(os.environ.get("ZOO_CACHE", "~/.cache/transformer-zoo")).expanduser() / "matmul-peak"
+    return cache_root() / "matmul-peak"
 
 
 def _check_precision(precision: str) -> None:

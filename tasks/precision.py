@@ -25,8 +25,6 @@ import copy
 import hashlib
 import json
 import logging
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -39,7 +37,8 @@ import torch
 from torch import nn
 
 from core.errors import unknown_name
-from tasks.config import PRECISIONS
+from tasks.config import PRECISIONS, cache_root
+from tasks.mfu import machine_key
 
 log = logging.getLogger(__name__)
 
@@ -253,18 +252,7 @@ def _sync(device: torch.device) -> None:
 
 def cache_path() -> Path:
     """``$ZOO_CACHE/precision-probe.json`` (default ``~/.cache/transformer-zoo``)."""
-    return Path(os.environ.get("ZOO_CACHE", "~/.cache/transformer-zoo")).expanduser() / CACHE_FILE
-
-
-def _machine(device: torch.device) -> dict[str, Any]:
-    """What makes a timing belong to this machine: processor, its bf16 flags, torch and its threads."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = next((line.split(":", 1)[1].strip() for line in _cpuinfo_lines() if line.startswith("model name")),
-                    platform.processor())
-    return {"device": device.type, "name": name, "bf16": list(cpu_bf16_flags()), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "isa": os.environ.get("ATEN_CPU_CAPABILITY", "")}
+    return cache_root() / CACHE_FILE
 
 
 def _cpuinfo_lines() -> list[str]:
@@ -276,7 +264,8 @@ def _cpuinfo_lines() -> list[str]:
 
 def _cache_key(key: dict[str, Any], device: torch.device) -> str:
     plain = {k: asdict(v) if is_dataclass(v) and not isinstance(v, type) else v for k, v in key.items()}
-    text = json.dumps({"machine": _machine(device), "model": plain}, sort_keys=True, default=str)
+    # the machine as the matmul-peak cache knows it: processor and flags, torch, threads, kernel capability
+    text = json.dumps({"machine": machine_key(device), "model": plain}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -52,6 +52,7 @@ import h5py
 import numpy as np
 from scipy import ndimage
 
+from tasks.config import cache_root
 from tasks.medseg.synapse import SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 
 log = logging.getLogger(__name__)
@@ -124,8 +125,7 @@ class _Body:
 
 def default_phantom_dir(seed: int = 0) -> Path:
     """The cache folder of the default phantom: ``$ZOO_CACHE`` (default ``~/.cache/transformer-zoo``)."""
-    cache = Path(os.environ.get("ZOO_CACHE", "~/.cache/transformer-zoo")).expanduser()
-    return cache / f"medseg-phantom-v{PHANTOM_VERSION}-seed{seed}"
+    return cache_root() / f"medseg-phantom-v{PHANTOM_VERSION}-seed{seed}"
 
 
 def phantom_case(
