@@ -144,7 +144,9 @@ def time_pair(ours: Step, peer: Step, warmup: int, rounds: int, clock: Callable[
 
 
 def relative_iqr(samples: list[float]) -> float:
-    """Interquartile range over median: how noisy one set of timings is."""
+    """Interquartile range over median: how noisy one set of timings is (0 for a single timing)."""
+    if len(samples) < 2:
+        return 0.0
     q1, median, q3 = statistics.quantiles(samples, n=4)
     return (q3 - q1) / median
 

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+from bench_core import relative_iqr
 from torch import nn
 
 from tasks.distributed import DistInfo
@@ -109,11 +110,6 @@ def cast_profile(step: Callable[[], None]) -> tuple[int, float, float]:
     return len(casts), sum(e.cpu_time_total for e in casts) / 1e3, total
 
 
-def quartiles(values: list[float]) -> tuple[float, float]:
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return q[1], (q[2] - q[0]) / q[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="mini,small,base")
@@ -133,7 +129,7 @@ def main() -> None:
                  max(len(task.train_tgt[i]) for i in batch) + 1)
         steps = {name: make_step(task, model, optimizer, batch, ctx) for name, ctx in contexts(model).items()}
         times = time_arms(steps, args.rounds)
-        med = {name: quartiles(values) for name, values in times.items()}
+        med = {name: (statistics.median(values), relative_iqr(values)) for name, values in times.items()}
         fp32 = med["fp32"][0]
         for name in ARMS:
             ms, iqr = med[name]
