@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tasks.paired import OTHER_TESTS
 from tasks.records import _plain
 from tasks.report import markdown_table
+from tasks.stats import MIN_SEEDS
 
 COST_LINE = ("- Cost: GFLOPs = forward FLOPs of one input at the task's size (zoo diff's counter: 2·MACs of "
              "matmuls, convolutions and attention); steps = optimizer steps; train TFLOPs (FLOP budgets) = 3 × "
@@ -43,14 +45,30 @@ def _title(meta: dict[str, Any]) -> str:
     return f"{meta['title']} ({meta['unit']})" if meta.get("unit") else meta["title"]
 
 
+def _level(comparison: dict[str, Any]) -> str:
+    """The confidence of the Δ intervals, 1 − α: they are the intervals the verdicts' tests invert."""
+    return f"{100 * (1 - comparison['alpha']):.4g}%"
+
+
+def _other_p(stat: dict[str, Any], keys: list[str]) -> dict[str, str]:
+    """The p-values reported beside the verdict's, one column per test."""
+    return {f"p ({OTHER_TESTS[k]})": p_text(stat.get("other_p_values", {}).get(k)) for k in keys}
+
+
+def _other_keys(stats: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(k for stat in stats for k in stat.get("other_p_values", {})))
+
+
 def main_table(comparison: dict[str, Any]) -> str:
-    """One row per variant: what changed, cost, the headline metric with its interval, Δ, p, verdict."""
+    """One row per variant: what changed, cost, the headline metric with its interval, Δ, p, verdict, and the
+    seed-aware verdict."""
     key, kind = comparison["headline"], comparison["kind"]
     meta = comparison["metrics"][key]
     effect = f"Δ vs {comparison['reference']}" if kind == "compare" else "bought by the change"
     verdict = "verdict" if kind == "compare" else "with the change vs without"
     secondary = [k for k, m in comparison["metrics"].items() if m["role"] == "secondary"]
     flops = any(r.get("train_TFLOPs") is not None for r in comparison["rows"])
+    others = _other_keys([r["metrics"][key] for r in comparison["rows"]])
     rows = []
     for r in comparison["rows"]:
         stat = r["metrics"][key]
@@ -59,9 +77,11 @@ def main_table(comparison: dict[str, Any]) -> str:
         if flops:
             row["train TFLOPs"] = r.get("train_TFLOPs")
         row.update({f"{_title(meta)} [95% CI]": with_interval(stat["mean"], stat["ci95"]),
-                    f"{effect} [95% CI]": with_interval(stat.get("delta"), stat.get("delta_ci95"), signed=True),
+                    f"{effect} [{_level(comparison)} CI]": with_interval(stat.get("delta"), stat.get("delta_ci95"),
+                                                                          signed=True),
                     "p": p_text(stat.get("p_value")), "p (Holm)": p_text(stat.get("p_value_holm")),
-                    verdict: r["verdict"], "seeds agreeing": stat.get("seeds_agree", "–")})
+                    verdict: r["verdict"], **_other_p(stat, others), "seeds agreeing": stat.get("seeds_agree", "–"),
+                    "seed-aware verdict": stat.get("seed_verdict", "–")})
         for k in secondary:
             row[_title(comparison["metrics"][k])] = r["metrics"].get(k, {}).get("mean")
         row.update({"items/s": r["items/s"], "wall s": r["wall s"]})
@@ -69,39 +89,68 @@ def main_table(comparison: dict[str, Any]) -> str:
     return markdown_table(rows)
 
 
+def _tested(comparison: dict[str, Any], keys: list[str]) -> list[tuple[str, dict, dict]]:
+    """(variant, its statistics, the metric's description) of every tested row and metric of ``keys``."""
+    return [(r["variant"], r["metrics"][key], comparison["metrics"][key]) for r in comparison["rows"]
+            for key in keys if "delta" in r["metrics"].get(key, {})]
+
+
 def metric_table(comparison: dict[str, Any], keys: list[str]) -> str:
-    """One row per (variant, metric) of ``keys`` against the reference: mean, Δ, p, Holm p, verdict, test."""
-    rows = []
-    for r in comparison["rows"]:
-        for key in keys:
-            stat, meta = r["metrics"].get(key), comparison["metrics"][key]
-            if stat is None or "delta" not in stat:
-                continue
-            rows.append({"variant": r["variant"], "metric": _title(meta),
-                         "mean [95% CI]": with_interval(stat["mean"], stat["ci95"]),
-                         "Δ [95% CI]": with_interval(stat["delta"], stat["delta_ci95"], signed=True),
-                         "p": p_text(stat["p_value"]), "p (Holm)": p_text(stat["p_value_holm"]),
-                         "verdict": stat["verdict"], "seeds agreeing": stat["seeds_agree"]})
-    return markdown_table(rows)
+    """One row per (variant, metric) of ``keys`` against the reference: mean, Δ, p, Holm p, verdict, the
+    tests reported beside, the seed-aware verdict."""
+    tested = _tested(comparison, keys)
+    others = _other_keys([stat for _, stat, _ in tested])
+    return markdown_table([{"variant": variant, "metric": _title(meta),
+                            "mean [95% CI]": with_interval(stat["mean"], stat["ci95"]),
+                            f"Δ [{_level(comparison)} CI]": with_interval(stat["delta"], stat["delta_ci95"],
+                                                                          signed=True),
+                            "p": p_text(stat["p_value"]), "p (Holm)": p_text(stat["p_value_holm"]),
+                            "verdict": stat["verdict"], **_other_p(stat, others),
+                            "seeds agreeing": stat["seeds_agree"], "seed-aware verdict": stat.get("seed_verdict", "–")}
+                           for variant, stat, meta in tested])
 
 
-def explain_tests(comparison: dict[str, Any], roles: tuple[str, ...]) -> list[str]:
-    """One line per tested metric saying which test produced its p-values."""
+def seed_table(comparison: dict[str, Any], keys: list[str]) -> str:
+    """One row per (variant, metric) of ``keys``: Δ with its test-set interval and its seed-aware one."""
+    level = _level(comparison)
+    return markdown_table([{"variant": variant, "metric": _title(meta), "seeds": stat.get("seed_units", "–"),
+                            f"Δ [{level} CI, test set]": with_interval(stat["delta"], stat["delta_ci95"], signed=True),
+                            f"Δ [{level} CI, seeds and test set]": with_interval(stat["delta"],
+                                                                                 stat.get("seed_delta_ci95"),
+                                                                                 signed=True),
+                            "p": p_text(stat.get("seed_p_value")), "p (Holm)": p_text(stat.get("seed_p_value_holm")),
+                            "seed-aware verdict": stat.get("seed_verdict", "–")}
+                           for variant, stat, meta in _tested(comparison, keys)])
+
+
+def explain_tests(comparison: dict[str, Any], roles: tuple[str, ...], general: bool = True) -> list[str]:
+    """One line per tested metric of ``roles`` saying which test produced its p-values; with ``general``, the
+    lines on the correction, the verdicts and what each number's uncertainty covers."""
     n = sum(1 for r in comparison["rows"] if "delta" in r["metrics"][comparison["headline"]])
     lines = []
     for meta in comparison["metrics"].values():
         if meta["role"] in roles and meta["tests"]:
             lines.append(f"- *{_title(meta)}* ({'higher' if meta['higher_is_better'] else 'lower'} is better): "
                          f"{'; '.join(meta['tests'])}.")
+    if not general:
+        return lines
     if n == 0:  # the baseline alone: nothing was tested
         lines.append(f"- No comparison: only the baseline was run. Intervals of the means: "
                      f"{comparison['ci95_method']}.")
         return lines
     lines.append(f"- p-values Holm-corrected over the {n} comparison{'s' * (n != 1)} of each metric; verdicts at "
-                 f"α = {comparison['alpha']:g}. Δ intervals: percentile intervals of the same paired bootstrap. "
-                 f"Intervals of the means: {comparison['ci95_method']}. The tests measure test-set noise; "
-                 "'seeds agreeing' counts the seeds whose Δ alone (against the reference's mean on the same "
-                 "data) has the sign of the mean Δ: a verdict whose seeds disagree rests on too few seeds.")
+                 f"α = {comparison['alpha']:g}: better or worse only when the corrected p is below α and the "
+                 f"(uncorrected, {_level(comparison)}) interval of Δ excludes 0 on the side of Δ.")
+    lines.append(f"- What each number's uncertainty covers. *Mean [95% CI]* ({comparison['ci95_method']}): with "
+                 "seeds, the seeds' spread (on a test set every seed shares, not the test set's own sampling; where "
+                 "the data follow the seed, both); with one seed, the test set's. *Δ [CI], p, p (Holm), verdict*: "
+                 "test-set noise only, the seed-averaged systems held fixed. *Seed-aware* interval, p and verdict: "
+                 "the seeds' spread and the test set's: a t interval, Welch's over each variant's per-seed scores with "
+                 "the test set's bootstrap variance added (where the data follow the seed, a paired t over the seed "
+                 f"pairs' Δ); with fewer than {MIN_SEEDS} seeds a side it is not computed and the verdict says "
+                 "'test-set noise only'. *Seeds "
+                 "agreeing*: the seeds whose Δ alone (against the reference's mean on the same data) has the sign of "
+                 "the mean Δ, a count, no test.")
     return lines
 
 
@@ -168,9 +217,11 @@ def write_comparison(comparison: dict[str, Any], out: Path) -> str:
     lines = [f"# {comparison['title']}", "", comparison["preamble"], "", table, "",
              *explain_tests(comparison, ("headline",)), COST_LINE, ""]
     secondary = [k for k, m in comparison["metrics"].items() if m["role"] == "secondary"]
+    if _tested(comparison, [comparison["headline"]]):
+        lines += ["## Across seeds", "", seed_table(comparison, [comparison["headline"], *secondary]), ""]
     if secondary:
         lines += ["## Other metrics", "", metric_table(comparison, secondary), "",
-                  *explain_tests(comparison, ("secondary",)), ""]
+                  *explain_tests(comparison, ("secondary",), general=False), ""]
     per_class = [k for k, m in comparison["metrics"].items() if m["role"] == "per-class"]
     if per_class:
         lines += ["## Per class", "", metric_table(comparison, per_class), "",

@@ -38,7 +38,10 @@ def test_results_json_carries_the_statistics(trained):
         for key in ("mean", "ci95", "delta", "delta_ci95", "p_value", "p_value_holm", "verdict", "test"):
             assert key in row, key
     assert vit["verdict"] == "baseline" and vit["delta"] == 0.0
-    assert linear["test"] == "mcnemar exact" and 0 <= linear["p_value"] <= linear["p_value_holm"] <= 1
+    assert linear["test"] == "bootstrap" and 0 <= linear["p_value"] <= linear["p_value_holm"] <= 1
+    top1 = linear["metrics"]["top1"]
+    assert list(top1["other_p_values"]) == ["mcnemar_exact"]  # reported beside, not deciding
+    assert top1["seed_verdict"] == "test-set noise only, 1 seed" and top1["seed_units"] == 1
     assert linear["delta"] == pytest.approx(linear["mean"] - vit["mean"], abs=1e-12)
     low, high = linear["delta_ci95"]
     assert low <= linear["delta"] <= high
@@ -48,8 +51,9 @@ def test_results_json_carries_the_statistics(trained):
                                                                    "linear": "1 epoch(s) per run"}
     report = (out / "report.md").read_text()
     assert "McNemar's exact test" in report and "Holm-corrected" in report and "1 epoch(s) per run" in report
+    assert "## Across seeds" in report and "test-set noise only" in report and "p (McNemar)" in report
     assert (out / "metric_vs_cost.png").is_file()
-    assert "| verdict |" in printed
+    assert "| verdict |" in printed and "| seed-aware verdict |" in printed
 
 
 def test_runs_reproduce_the_trained_table(trained, capsys):

@@ -21,11 +21,11 @@ from tasks.paired import (
     paired_statistics,
 )
 from tasks.stats import (
-    bootstrap_p_value,
     check_alpha,
     holm,
     mcnemar_exact,
     percentile_interval,
+    percentile_test,
     resample_counts,
     sign_flip_test,
     t_interval,
@@ -106,11 +106,18 @@ def test_wilcoxon_against_the_exact_distribution_and_scipy():
     assert wilcoxon_test([0.2, math.nan, 0.3, 0.1, 0.4, 0.5]) == pytest.approx(2 / 32, abs=1e-15)  # NaN left out
 
 
-def test_bootstrap_p_value_and_interval():
-    assert bootstrap_p_value(np.zeros(999), 0.0) == 1.0  # identical systems are not "significant"
-    deltas = np.linspace(1.0, 3.0, 999)  # mean 2; |Δ* - 2| >= 2 only at none
-    assert bootstrap_p_value(deltas, 2.0) == pytest.approx(1 / 1000)
-    assert bootstrap_p_value(deltas, 0.5) == pytest.approx((1 + np.sum(np.abs(deltas - 2) >= 0.5)) / 1000)
+def test_percentile_test_and_interval():
+    assert percentile_test(np.zeros(999), 0.05) == ((0.0, 0.0), 1.0)  # identical systems are not "significant"
+    deltas = np.arange(1.0, 1000.0)  # B = 999 resamples 1..999, none <= 0
+    # m = 24, the smallest count whose p 2·(1 + m)/1000 is not below α: the 24th smallest and the 24th largest
+    assert percentile_test(deltas, 0.05) == ((24.0, 976.0), 2 / 1000)
+    # 30 of 999 at or below 0: p = 2·31/1000; the interval starts at the 24th smallest, still below 0
+    (low, high), p = percentile_test(deltas - 30, 0.05)
+    assert p == pytest.approx(62 / 1000, abs=1e-15) and (low, high) == (-6.0, 946.0)
+    assert percentile_test(-deltas, 0.05)[1] == 2 / 1000  # two-sided
+    assert percentile_test(np.array([np.nan, np.nan]), 0.05) == (None, 1.0)
+    with pytest.raises(ValueError, match="30 resamples cannot give p < 0.05"):
+        percentile_test(np.ones(30), 0.05)
     assert percentile_interval(np.arange(1001.0)) == pytest.approx((25.0, 975.0))
     assert percentile_interval(np.array([np.nan])) is None
 
@@ -124,12 +131,15 @@ def test_resample_counts_are_sacrebleus_resamples():
         resample_counts(0, 10)
 
 
-def test_verdict_respects_the_direction_of_the_metric():
-    assert verdict(+1.2, 0.01, 0.05, higher_is_better=True) == "better"
-    assert verdict(-1.2, 0.01, 0.05, higher_is_better=True) == "worse"
-    assert verdict(-3.0, 0.01, 0.05, higher_is_better=False) == "better"  # HD95: lower is better
-    assert verdict(+3.0, 0.01, 0.05, higher_is_better=False) == "worse"
-    assert verdict(+3.0, 0.05, 0.05, higher_is_better=True) == "no significant difference"  # p must be < alpha
+def test_verdict_respects_the_direction_of_the_metric_and_the_interval():
+    assert verdict(+1.2, (0.2, 2.0), 0.01, 0.05, higher_is_better=True) == "better"
+    assert verdict(-1.2, (-2.0, -0.2), 0.01, 0.05, higher_is_better=True) == "worse"
+    assert verdict(-3.0, (-5.0, -1.0), 0.01, 0.05, higher_is_better=False) == "better"  # HD95: lower is better
+    assert verdict(+3.0, (1.0, 5.0), 0.01, 0.05, higher_is_better=False) == "worse"
+    assert verdict(+3.0, (1.0, 5.0), 0.05, 0.05, higher_is_better=True) == "no significant difference"  # p < α
+    assert verdict(+3.0, (-1.0, 5.0), 0.01, 0.05, higher_is_better=True) == "no significant difference"  # covers 0
+    assert verdict(-0.1, (0.5, 5.0), 0.01, 0.05, higher_is_better=True) == "no significant difference"  # other side
+    assert verdict(+3.0, None, 0.01, 0.05, higher_is_better=True) == "no significant difference"  # no interval
     for bad in (0, 1, 1.5, math.nan):
         with pytest.raises(ValueError, match="alpha must be"):
             check_alpha(bad)
@@ -150,7 +160,7 @@ def test_bleu_statistics_are_sacrebleus():
 
 
 def _bleu_metric():
-    return PairedMetric("bleu", "BLEU", "test", True, "bootstrap", _bleu_stats, _bleu_score)
+    return PairedMetric("bleu", "BLEU", "test", True, "paired_bs", _bleu_stats, _bleu_score)
 
 
 def _runs(*systems):
@@ -164,8 +174,9 @@ def test_paired_bleu_bootstrap_identical_and_clearly_better():
                             [("same", "same", "base"), ("good", "good", "base")])
     assert out["same"]["delta"] == 0.0 and out["same"]["p_value"] == 1.0
     assert out["same"]["verdict"] == "no significant difference"
-    assert out["good"]["delta"] > 10 and out["good"]["p_value"] == pytest.approx(1 / 1001)
-    assert out["good"]["p_value_holm"] == pytest.approx(2 / 1001) and out["good"]["verdict"] == "better"
+    # no resample at or below 0: the smallest two-sided p of 1000 resamples, 2/1001 (Holm over 2: 4/1001)
+    assert out["good"]["delta"] > 10 and out["good"]["p_value"] == pytest.approx(2 / 1001)
+    assert out["good"]["p_value_holm"] == pytest.approx(4 / 1001) and out["good"]["verdict"] == "better"
     low, high = out["good"]["delta_ci95"]
     assert 0 < low < out["good"]["delta"] < high
     assert "ci95" in out["base"] and "delta" not in out["base"]
@@ -178,7 +189,7 @@ def test_paired_bleu_agrees_with_sacrebleu_on_a_clear_difference():
     _, scores = PairedTest([("base", BAD), ("good", GOOD)], {"BLEU": BLEU(force=True)}, [REFS], test_type="bs")()
     out = paired_statistics(_bleu_metric(), {"base": _runs(BAD), "good": _runs(GOOD)}, [("good", "good", "base")])
     assert out["good"]["mean"] == pytest.approx(scores["BLEU"][1].score, abs=1e-12)
-    assert out["good"]["p_value"] == pytest.approx(scores["BLEU"][1].p_value)  # both at 1 / 1001
+    assert out["good"]["other_p_values"]["sacrebleu_paired_bs"] == scores["BLEU"][1].p_value  # both 1 / 1001
 
 
 def test_several_seeds_average_per_example_and_strata_pair_by_data():
@@ -202,7 +213,7 @@ def test_several_seeds_average_per_example_and_strata_pair_by_data():
                           [("good", "good", "base")])
 
 
-def test_accuracy_uses_mcnemar_with_one_seed_and_sign_flips_with_several():
+def test_accuracy_reports_mcnemar_with_one_seed_and_sign_flips_with_several():
     labels = [i % 10 for i in range(200)]
     right = [{"label": y, "prediction": y} for y in labels]
     wrong = [{"label": y, "prediction": (y + 1) % 10 if i % 3 else y} for i, y in enumerate(labels)]
@@ -213,13 +224,14 @@ def test_accuracy_uses_mcnemar_with_one_seed_and_sign_flips_with_several():
 
     out = paired_statistics(metric, {"base": runs(wrong), "same": runs(wrong), "good": runs(right)},
                             [("same", "same", "base"), ("good", "good", "base")])
-    assert out["same"]["test"] == "mcnemar exact" and out["same"]["p_value"] == 1.0
+    assert out["same"]["other_p_values"] == {"mcnemar_exact": 1.0} and out["same"]["p_value"] == 1.0
     b = sum(1 for i in range(200) if i % 3)  # right for "good" only
-    assert out["good"]["p_value"] == pytest.approx(mcnemar_exact(b, 0)) and out["good"]["verdict"] == "better"
+    assert out["good"]["other_p_values"]["mcnemar_exact"] == pytest.approx(mcnemar_exact(b, 0))
+    assert out["good"]["test"] == "bootstrap" and out["good"]["verdict"] == "better"
     assert out["good"]["delta"] == pytest.approx(b / 200, abs=1e-12)
     two = {"base": runs(wrong, wrong), "good": runs(right, wrong)}
     out = paired_statistics(metric, two, [("good", "good", "base")])
-    assert out["good"]["test"] == "sign-flip" and out["good"]["verdict"] == "better"
+    assert list(out["good"]["other_p_values"]) == ["sign_flip"] and out["good"]["verdict"] == "better"
 
 
 def test_macro_f1_from_confusion_cells_is_scikit_learns():
