@@ -7,10 +7,11 @@ measured number and, when it fails, the reason:
   input (:attr:`zoo.registry.Variant.example_input` at the task's size, batch 2); ``backward`` — every
   parameter gets a finite gradient (from a random projection of the outputs plus any auxiliary losses);
 * ``changes`` — the declared changed parts equal the measured ones: the parts whose module types or parameter
-  counts differ from the classic counterpart (the config with every change reverted), as ``zoo diff``
-  measures them; and no change hides where that comparison cannot see it: in a choice of the presets that
-  no change reverts (:func:`hidden_choices`), or in a builder of the variant's own that, given the classic
-  config, builds other modules than the builder of the model it patches (:func:`base_registration`);
+  counts differ from the classic counterpart (:mod:`zoo.counterpart`: the model the variant builds on, at the
+  same preset, with every change reverted), as ``zoo diff`` measures them; every config field where the
+  variant with every change reverted still differs from that counterpart (sizes, choices, values inside
+  option dicts) is a failure naming the field, both values and the fix; and a builder of the variant's own
+  must build, from the classic config, the modules the builder of the model it patches builds;
 * ``revert NAME`` — one per change: reverting it alone moves its part (it is not a no-op), alters the module
   types or parameters of no part outside those it declares (its own, and those it ``resizes`` or is
   ``also_in``), and brings back the classic counterpart's own module types at its part (sizes may differ
@@ -52,17 +53,9 @@ from torch import Tensor, nn
 from core.errors import unknown_name
 from core.parts import PARTS, parameters_by_part
 from core.sidechannels import AuxiliaryLosses, active_parameters
-from tasks.check_structure import (
-    anatomy,
-    anatomy_of,
-    base_registration,
-    build,
-    describe,
-    differs,
-    hidden_choices,
-    types_text,
-)
+from tasks.check_structure import anatomy, anatomy_of, build, describe, differs, types_text
 from zoo import probes
+from zoo.counterpart import counterpart
 from zoo.delta import TASK_SHAPES, flops_by_part, module_flops, resolve
 from zoo.registry import Change, Variant, tasks_of
 
@@ -176,25 +169,32 @@ class _Preset:
     # ------------------------------------------------------------------------------- declared changes
 
     def changes(self) -> list[Row]:
+        """The declared parts against those measured to differ from the classic counterpart (the model the
+        variant builds on, at this preset: :func:`zoo.counterpart.counterpart`), and every config field where
+        the two differ although no change reverts it; then one ``revert`` row per change."""
         variant = self.variant
-        classic_config = self.config_with(variant.classic_overrides())
+        reference = counterpart(variant, self.task, self.preset, self.fixed)
         self.mine = anatomy_of(variant, self.config)
-        self.classic = anatomy_of(variant, classic_config)
-        measured = [p for p in PARTS if differs(self.classic, self.mine, p)]
+        self.classic = anatomy_of(variant, reference.reverted)  # what the revert rows must bring back
+        theirs = anatomy_of(reference.registration, reference.config)
+        measured = [p for p in PARTS if differs(theirs, self.mine, p)]
+        problems = [difference.message for difference in reference.differences]
+        by_builder: list[str] = []
+        if reference.base is not None and reference.base.build is not variant.build:
+            # a builder of its own must build the base's model from the classic config
+            base = reference.base
+            built = anatomy_of(base, reference.reverted)
+            by_builder = [p for p in PARTS if built.types[p] != self.classic.types[p]]
+            builder = getattr(variant.build, "__qualname__", repr(variant.build))
+            problems += [f"undeclared change at {describe(built, self.classic, p)}, made by the builder {builder} "
+                         f"(from the classic config, {base.name}'s builder builds the former)" for p in by_builder]
         reached = {p for c in variant.changes for p in c.parts}
-        problems = [f"undeclared change at {describe(self.classic, self.mine, p)}" for p in measured
-                    if p not in reached]
+        problems += [f"undeclared change at {describe(theirs, self.mine, p)}" for p in measured
+                     if p not in reached and p not in by_builder]
         problems += [f"{p} is declared but measures the same as the classic counterpart"
                      for p in variant.parts_changed if p not in measured and p not in PROCEDURES]
-        problems += [f"hidden change: {choice}" for choice in hidden_choices(variant, classic_config)]
-        base = base_registration(variant)
-        if base is not None:  # a builder of its own must build the base's model from the classic config
-            theirs = anatomy_of(base, classic_config)
-            builder = getattr(variant.build, "__qualname__", repr(variant.build))
-            problems += [f"undeclared change at {describe(theirs, self.classic, p)}, made by the builder {builder} "
-                         f"(from the classic config, {base.name}'s builder builds the former)"
-                         for p in PARTS if theirs.types[p] != self.classic.types[p]]
-        rows = [self.row("changes", not problems, ", ".join(measured) or "none", "; ".join(problems))]
+        text = "; ".join(filter(None, [", ".join(measured) or "none", reference.note]))
+        rows = [self.row("changes", not problems, text, "; ".join(problems))]
         return rows + [self.revert(change) for change in variant.changes]
 
     def revert(self, change: Change) -> Row:

@@ -1,13 +1,12 @@
-"""The structure side of ``zoo check``: what a built model holds per part, and where a change could hide.
+"""The structure side of ``zoo check``: what a built model holds per part.
 
 :func:`anatomy` counts a model's module types and parameters per part (as ``zoo diff`` groups them) and the
-types that are each part's *own*; :func:`hidden_choices` and :func:`base_registration` find changes that a
-comparison with the classic counterpart cannot see, because the counterpart shares them.
+types that are each part's *own*; :func:`describe` says what differs at a part between two models. The config
+side (which fields differ from the classic counterpart) is :mod:`zoo.counterpart`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ from torch import nn
 
 from core.parts import PARTS, module_parts, parameters_by_part, part_of
 from zoo.delta import structure_by_part
-from zoo.registry import Variant, list_variants, registrations
+from zoo.registry import Variant
 
 
 @dataclass(frozen=True)
@@ -77,31 +76,3 @@ def describe(a: Anatomy, b: Anatomy, part: str, own: bool = False) -> str:
     if x != y:
         return f"{part}: {types_text(x - y)} → {types_text(y - x)}"
     return f"{part}: parameters {a.params[part]:,} → {b.params[part]:,}"
-
-
-def hidden_choices(variant: Variant, classic_config: Any) -> list[str]:
-    """Choices (str, bool and option-dict fields) of the classic counterpart that differ from the config class's
-    defaults although no change reverts them: a change made in the presets or base overrides, which the
-    counterpart would share with the variant, so that no measurement of the two could see it."""
-    reverted = {key for change in variant.changes for key in change.revert}
-    found = []
-    for f in dataclasses.fields(classic_config):
-        if f.name in reverted or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        value = getattr(classic_config, f.name)
-        if isinstance(default, (str, bool, dict)) and value != default:
-            owner = type(classic_config).__name__
-            found.append(f"{f.name}={value!r} in the variant and its classic counterpart ({owner}'s default: "
-                         f"{default!r}), reverted by no change")
-    return found
-
-
-def base_registration(variant: Variant) -> Variant | None:
-    """The first registration, of another name, whose config class is (a base of) ``variant``'s and whose builder
-    differs: the model ``variant`` patches, whose builder must build the same from the classic config."""
-    for name in list_variants():
-        for other in registrations(name):
-            if other.name != variant.name and issubclass(variant.config_class, other.config_class):
-                return other if other.build is not variant.build else None
-    return None

@@ -73,7 +73,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     else:
         variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
         comparison = compare(args.task, variants, out, _seeds(args), args.budget, args.alpha, args.baseline,
-                             **_budget(args, cls))
+                             args.allow_undeclared, **_budget(args, cls))
     _print_comparison(comparison, out)
     return 0
 
@@ -85,7 +85,8 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
 
     cls = task_class(args.task)
     out = Path(args.out or f"runs/ablate-{args.variant}-{args.task}")
-    comparison = ablate(args.variant, args.task, out, _seeds(args), args.budget, args.alpha, **_budget(args, cls))
+    comparison = ablate(args.variant, args.task, out, _seeds(args), args.budget, args.alpha, args.allow_undeclared,
+                        **_budget(args, cls))
     _print_comparison(comparison, out)
     return 0
 
@@ -104,6 +105,10 @@ def _budget_arguments(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="task config field for every run")
     p.add_argument("--model-set", action="append", metavar="KEY=VALUE", help="variant config field for every run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--allow-undeclared", action="store_true",
+                   help="train a variant whose config differs from its classic counterpart where no declared change "
+                        "reverts it (refused by default: see zoo check); the report lists the differences (finished "
+                        "--runs are never refused, their differences are listed)")
 
 
 def add_task_commands(sub: argparse._SubParsersAction) -> None:

@@ -10,7 +10,13 @@ each of its declared changes, the variant with only that change reverted: each r
 bought and whether that is distinguishable from noise.
 
 The trained comparison builds its table from the run folders it wrote, through the same code as
-``--runs``, so rebuilding it from those folders gives the same table. Statistics: :mod:`tasks.paired`
+``--runs``, so rebuilding it from those folders gives the same table.
+
+A variant whose config differs from its classic counterpart where no declared change says so
+(:mod:`zoo.counterpart`: a preset that also sets ``heads=1`` or adds a layer) would have its declared changes
+credited with what that difference does: ``compare`` and ``ablate`` refuse to train it unless
+``allow_undeclared`` (``--allow-undeclared``), and every report lists such differences, per row, from each
+run's ``run.json`` (finished runs given to ``--runs`` are listed, not refused). Statistics: :mod:`tasks.paired`
 and :mod:`tasks.stats`; budgets (epochs, time, training FLOPs): :mod:`tasks.budget`; output:
 :mod:`tasks.compare_report`.
 """
@@ -34,6 +40,8 @@ from tasks.paired import describe_test, paired_statistics, task_metrics
 from tasks.registry import task_class
 from tasks.run_results import RunResult, check_pairable, group_by_variant, read_result
 from tasks.stats import check_alpha
+from zoo.counterpart import Counterpart, Difference, counterpart
+from zoo.delta import measured_at
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +76,46 @@ def resolve_budget(cls, budget: str | None, epochs: int | None) -> tuple[str, in
         check_positive("epochs", epochs)
         return budget, epochs
     return budget, cls.config_class().epochs if parsed.kind == "time" else MAX_EPOCHS
+
+
+def counterpart_of(task_name: str, variant: str, preset: str | None = None,
+                   model: dict[str, Any] | None = None) -> Counterpart | None:
+    """The classic counterpart of ``variant`` (with its undeclared differences) as a run of the task builds it.
+
+    Args:
+        task_name: the task.
+        variant: a variant of the task, or one of its reference models (not a patch: it has none).
+        preset: the run's ``preset`` (``None``: the task's default for the variant, as the run picks it).
+        model: the run's ``--model-set`` overrides (for both sides).
+
+    Returns:
+        The :class:`~zoo.counterpart.Counterpart`, or ``None`` for a reference model.
+    """
+    if variant in getattr(task_class(task_name), "reference_models", ()):
+        return None
+    registration = zoo.get_variant(variant, task_name)
+    return counterpart(registration, task_name, *measured_at(registration, task_name, preset, model))
+
+
+def refuse_undeclared(task_name: str, entries: list[Entry], preset: str | None, model: dict[str, Any]) -> None:
+    """Refuse, before any training, the entries whose variant has undeclared differences at ``preset`` with the
+    ``model`` overrides (each entry's own overrides added).
+
+    Raises:
+        ValueError: naming each such variant, its differences and the fixes.
+    """
+    found = {}
+    for entry in entries:
+        if entry.variant not in found:
+            found[entry.variant] = counterpart_of(task_name, entry.variant, preset, {**model, **entry.model})
+    bad = [f"variant {name!r} differs from its classic counterpart ({reference.label}) where no declared change "
+           f"reverts it: {', '.join(d.values for d in reference.differences)}"
+           for name, reference in found.items() if reference is not None and reference.differences]
+    if bad:
+        raise ValueError(
+            "; ".join(bad) + "; the comparison would credit the declared changes with what these differences do. "
+            "Declare each in a change's revert or use the classic value, or pass --allow-undeclared "
+            "(allow_undeclared=True) to train anyway, with the differences listed in the report")
 
 
 def train_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, budget: str = "epochs=2",
@@ -180,11 +228,13 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
         runs = {label: [(r.records(m.split)[1], m.stats(r.records(m.split)[0], r.info)) for r in g]
                 for label, g in groups.items()}
         stats[m.key] = paired_statistics(m, runs, pairs, alpha)
+    undeclared = {label: _run_undeclared(task_name, runs[0]) for label, runs in groups.items()}
     rows = []
     for label, runs in groups.items():
         row = {"variant": label, **_cost(task_name, runs, (parts or {}).get(label)), "seeds": len(runs),
                "runs": [str(r.path) for r in runs], "metric": metrics[0].key,
-               "metrics": {m.key: stats[m.key][label] for m in metrics}}
+               "metrics": {m.key: stats[m.key][label] for m in metrics},
+               "undeclared": [d.to_dict() for d in undeclared[label]]}
         headline = {"delta": 0.0, "delta_ci95": None, "p_value": None, "p_value_holm": None, "test": None,
                     "verdict": "baseline" if kind == "compare" else "full variant", **row["metrics"][metrics[0].key]}
         row.update({k: headline[k] for k in HEADLINE_FIELDS})
@@ -194,7 +244,7 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
         "title": title or f"zoo compare {task_name}", "kind": kind, "task": task_name, "reference": reference,
         "alpha": alpha, "headline": metrics[0].key, "budget": budgets,
         "ci95_method": "; ".join(dict.fromkeys(r["ci95_method"] for r in rows)),
-        "preamble": _preamble(kind, reference, groups, budgets, metrics[0]),
+        "preamble": _preamble(kind, reference, groups, budgets, metrics[0], undeclared),
         "metrics": {m.key: {"title": m.title, "unit": m.unit, "split": m.split, "higher_is_better": m.higher_is_better,
                             "role": m.role, "tests": list(dict.fromkeys(describe_test(m, stats[m.key][row]["test"])
                                                                         for row, _, _ in pairs))}
@@ -205,23 +255,40 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
     return {**comparison, "table": table}
 
 
-def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], budgets: dict[str, str], metric) -> str:
+def _run_undeclared(task_name: str, result: RunResult) -> list[Difference]:
+    """The undeclared differences of a finished run's variant, at the preset and overrides its run.json records."""
+    config = result.info.get("config", {})
+    reference = counterpart_of(task_name, result.variant, config.get("preset"), config.get("model"))
+    return [] if reference is None else list(reference.differences)
+
+
+def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], budgets: dict[str, str], metric,
+              undeclared: dict[str, list[Difference]]) -> str:
     seeds = sorted({len(runs) for runs in groups.values()})
     budget = (f"the same budget for every run: {next(iter(budgets.values()))}" if len(set(budgets.values())) == 1
               else "budgets that differ: " + "; ".join(f"{k}: {v}" for k, v in budgets.items()))
     what = (f"Each variant against the baseline `{reference}`" if kind == "compare" else
             f"Leave-one-out: each row is `{reference}` with one declared change reverted to the classic choice; "
             f"'bought by the change' is `{reference}` minus the row")
-    return (f"{what}, trained with {budget}; {'/'.join(map(str, seeds))} seed(s) per variant. Metric: "
+    text = (f"{what}, trained with {budget}; {'/'.join(map(str, seeds))} seed(s) per variant. Metric: "
             f"{metric.split} {metric.title}, paired on the same test examples.")
+    by_variant = {groups[label][0].variant: found for label, found in undeclared.items() if found}
+    if by_variant:
+        listed = "; ".join(f"`{name}`: {', '.join(d.values for d in found)}" for name, found in by_variant.items())
+        text += (f" **Undeclared differences** from the classic counterpart, which no declared change reverts: "
+                 f"{listed}. Such a row's Δ measures its declared changes in a model that also differs in these.")
+    return text
 
 
 def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 1, budget: str | None = None,
-            alpha: float = 0.05, baseline: str | None = None, **config: Any) -> dict[str, Any]:
+            alpha: float = 0.05, baseline: str | None = None, allow_undeclared: bool = False,
+            **config: Any) -> dict[str, Any]:
     """Train ``variants`` (default: every variant of the task and its reference models) ``seeds`` times each
     under ``budget`` (``epochs=N``, ``time=SECONDS``, ``flops=X``; default ``epochs=2``) and compare them with
     ``baseline`` (default: the task's). ``config``: task config fields for every run (``epochs`` caps a time
-    or FLOP budget). Returns the comparison (see :func:`build_comparison`)."""
+    or FLOP budget). A variant with undeclared differences from its classic counterpart is refused before any
+    training (:func:`refuse_undeclared`) unless ``allow_undeclared``. Returns the comparison (see
+    :func:`build_comparison`)."""
     cls = task_class(task_name)
     check_alpha(alpha)
     names = variants or [*zoo.list_variants(task_name), *getattr(cls, "reference_models", ())]
@@ -232,8 +299,11 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
     if baseline not in names:
         raise ValueError(f"the baseline {baseline!r} is not among the variants ({', '.join(names)}); add it, or "
                          f"pass --baseline with one of them")
+    entries = [Entry(n, n) for n in names]
+    if not allow_undeclared:
+        refuse_undeclared(task_name, entries, config.get("preset"), config.get("model", {}))
     budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
-    groups = train_entries(task_name, [Entry(n, n) for n in names], out, seeds, budget, **config)
+    groups = train_entries(task_name, entries, out, seeds, budget, **config)
     return build_comparison(task_name, groups, baseline, out, alpha=alpha)
 
 
@@ -264,14 +334,18 @@ def ablation_entries(variant) -> list[Entry]:
 
 
 def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget: str | None = None,
-           alpha: float = 0.05, **config: Any) -> dict[str, Any]:
+           alpha: float = 0.05, allow_undeclared: bool = False, **config: Any) -> dict[str, Any]:
     """Train the variant and, for each declared change, the variant with that one change reverted; each row
-    reports what the change bought (the variant minus the row), tested paired on the same test examples."""
+    reports what the change bought (the variant minus the row), tested paired on the same test examples. A
+    variant with undeclared differences from its classic counterpart is refused before any training unless
+    ``allow_undeclared``."""
     cls = task_class(task_name)
     check_alpha(alpha)
     entries = ablation_entries(zoo.get_variant(variant_name, task_name))
     if len(entries) == 1:
         raise ValueError(f"variant {variant_name!r} declares no changes: nothing to ablate")
+    if not allow_undeclared:
+        refuse_undeclared(task_name, entries[:1], config.get("preset"), config.get("model", {}))
     budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
     groups = train_entries(task_name, entries, out, seeds, budget, **config)
     return build_comparison(task_name, groups, variant_name, out, kind="ablate", alpha=alpha,

@@ -4,7 +4,8 @@ The folder (``--out``, default ``./NAME``) holds a Python package registering th
 public API, ready for ``--user-dir``:
 
     PKG/__init__.py       the registration: the declared change (classic choice, the variant's, the flaw), the
-                          paper, the revert; the module's registration as a kernel or FFN type
+                          paper, the revert, the base it ``builds_on``; the module's registration as a kernel or
+                          FFN type
     PKG/config.py         the presets: the base's, with the variant's choice switched on
     PKG/ffn.py | attention.py   the replaced module: a subclass of the core module the base uses, computing
                           exactly what it computes, with the place to edit marked ``EDIT HERE``
@@ -42,7 +43,7 @@ class Base:
 
     title: str
     task: str
-    baseline: str  # the registered variant a comparison puts beside the plugin
+    baseline: str  # the registered variant it builds on (builds_on=), which a comparison puts beside the plugin
     config_import: str
     config_class: str
     default_preset: str  # a Python expression

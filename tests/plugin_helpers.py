@@ -80,10 +80,39 @@ from zoo.registry import Change, Variant, register
 
 
 def variant_source(name: str, change: str, presets: str = "PRESETS", extra: str = "",
-                   tasks: str = '("translation",)', build: str = "Transformer") -> str:
+                   tasks: str = '("translation",)', build: str = "Transformer", registration: str = "") -> str:
     """A plugin module registering variant ``name`` on the classic Transformer with one ``change`` (source of
-    a ``Change(...)``), after the definitions in ``extra``."""
+    a ``Change(...)``), after the definitions in ``extra``; ``registration``: more ``Variant`` keywords
+    (source, e.g. ``'builds_on="linear"'``)."""
+    more = f", {registration}" if registration else ""
     return HEADER + textwrap.dedent(extra) + (
         f"\nregister(Variant(name={name!r}, paper=VASWANI, tasks={tasks}, config_class=TransformerConfig,\n"
-        f"                 presets={presets}, build={build}, changes=({change},), example_input=token_inputs))\n"
+        f"                 presets={presets}, build={build}, changes=({change},), example_input=token_inputs{more}))\n"
     )
+
+
+def ffn_extra(cls: str, ffn: str) -> str:
+    """Plugin source registering FFN type ``ffn``: the classic FFN under the class name ``cls``."""
+    return f"""
+class {cls}(PositionwiseFFN):
+    pass
+
+
+register_ffn("{ffn}", lambda d, f, a, p, layer: {cls}(d, f, a, p))
+"""
+
+
+# Plugins that declare only an FFN change but differ from their classic counterpart elsewhere, where no
+# measurement of modules can see it or where it would be booked to the FFN (``variant_source`` keywords; the
+# FFN type is "mine", renamed per plugin by the tests).
+UNDECLARED = {
+    # presets with one head and a third decoder layer: 57,632 parameters at tiny, the classic tiny has 44,800
+    "wide": dict(presets='{n: dict(v, ffn="mine", heads=1, decoder_layers=3) for n, v in PRESETS.items()}',
+                 change='Change("ffn", "dense", "mine", "a flaw", revert={"ffn": "dense", "ffn_options": {}})',
+                 extra=ffn_extra("WideFFN", "mine")),
+    # builds on linear attention, with another chunk size inside kernel_options: no module or parameter changes
+    "chunky": dict(presets='{n: dict(v, ffn="mine", kernel_options={"chunk_size": 16}) for n, v in PRESETS.items()}',
+                   change='Change("ffn", "dense", "mine", "a flaw", revert={"ffn": "dense", "ffn_options": {}})',
+                   extra=ffn_extra("ChunkyFFN", "mine"),
+                   registration='base_overrides={"kernel": "linear"}, builds_on="linear"'),
+}

@@ -1,7 +1,8 @@
 """``zoo check``: every built-in variant passes the conformance suite, and deliberately broken plugins fail it on
-the right row (a kernel that ignores the causal mask, an undeclared change, a parameter without gradient, a revert
-that leaves the variant's module in place, reaches an undeclared part or reverts nothing, a state dict that does not
-round-trip).
+the right row (a kernel that ignores the causal mask, an undeclared change, a config field where the variant differs
+from its classic counterpart with no change declared: a choice, a size, a value inside an option dict; a parameter
+without gradient, a revert that leaves the variant's module in place, reaches an undeclared part or reverts nothing, a
+state dict that does not round-trip).
 
 The built-in variants' conformance is this one parametrised call: a new variant (or a new task of one) is
 checked without editing this file, at its smallest preset to stay fast.
@@ -17,7 +18,7 @@ import zoo
 from tasks.check import check_variant, render
 from tasks.cli import main
 from tasks.plugins import load_user_dir
-from tests.plugin_helpers import isolated_registry, variant_source, write_plugin
+from tests.plugin_helpers import UNDECLARED, isolated_registry, variant_source, write_plugin
 from zoo import probes
 
 REGISTRATIONS = [(name, task) for name in zoo.list_variants() for task in dict.fromkeys(zoo.tasks_of(name))]
@@ -119,24 +120,33 @@ BROKEN = {
 
         register_ffn("mine", lambda d, f, a, p, layer: ForgetfulFFN(d, f, a, p))
         '''),
+    **UNDECLARED,  # declares the FFN, but its presets set one head and a third decoder layer / another chunk size
 }
 
 # broken plugin -> {row: the start of its reason}; every other applicable row must pass
 FAILS = {
     "peeking": {"causal (train)": "earlier outputs move when later target tokens change",
                 "causal (eval)": "earlier outputs move", "kv cache": "cached decoding differs from recomputation"},
-    "undeclared": {"changes": "hidden change: kernel='reference' in the variant and its classic counterpart "
-                              "(TransformerConfig's default: 'sdpa'), reverted by no change"},
+    "undeclared": {"changes": "`kernel` 'sdpa' → 'reference': no declared change reverts it; declare it or use the "
+                              "classic value; undeclared change at attention: ScaledDotProductAttention×6 → "
+                              "Dropout×6, ReferenceAttention×6"},
     "swapped": {"changes": "undeclared change at attention: ScaledDotProductAttention×6 → Dropout×6, "
                            "ReferenceAttention×6, made by the builder swapping"},
     "idle": {"backward": "no gradient reaches 8 parameter(s): encoder.layers.0.ffn.unused.weight"},
     "stuck": {"revert ffn": "{'activation': 'relu'} leaves the variant's modules at ffn in place (Dropout×4, Linear×8, "
                             "ReLU×4, StuckFFN×4)",
-              "changes": "ffn is declared but measures the same as the classic counterpart"},
+              "changes": "`ffn` 'dense' → 'stuck': no declared change reverts it; declare it or use the classic "
+                         "value"},
     "reaching": {"revert ffn": "{'ffn': 'dense', 'norm_first': True} also changes norm: nothing → LayerNorm×2",
                  "changes": "undeclared change at norm"},
     "idle-loss": {"revert objective": "{'init': 'xavier'} already holds in the variant's config: it reverts nothing"},
     "forgetful": {"save/load": "outputs after a safetensors and a state dict round trip differ"},
+    "wide": {"changes": "`heads` 4 → 1: no declared change reverts it; declare it or use the classic value; "
+                        "`decoder_layers` 2 → 3: no declared change reverts it; declare it or use the classic value; "
+                        "undeclared change at attention: nothing → Linear×4, MultiHeadAttention×2, "
+                        "ScaledDotProductAttention×2"},
+    "chunky": {"changes": "`kernel_options.chunk_size` (absent) → 16: no declared change reverts it; declare it or "
+                          "use the linear value"},
 }
 
 

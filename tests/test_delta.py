@@ -79,8 +79,11 @@ def test_classic_layer_parameters_and_flops_match_hand_formulas():
 def test_json_schema_is_stable():
     report = measure("rope", "translation", preset="tiny")
     assert set(report) == {"schema", "variant", "task", "preset", "input", "paper", "summary", "changes", "parts",
-                           "totals", "attribution", "attention_growth", "conventions", "activation_bytes"}
+                           "totals", "attribution", "attention_growth", "conventions", "activation_bytes",
+                           "counterpart", "undeclared"}
     assert report["schema"] == 2
+    assert report["counterpart"] == {"base": "classic", "preset": "tiny", "reference_sizes": True, "note": ""}
+    assert report["undeclared"] == []  # a fair patch: no config field differs from classic's tiny undeclared
     assert set(report["changes"][0]) == {"name", "part", "classic", "variant", "flaw", "scope", "resizes", "also_in"}
     part = report["parts"][0]
     assert set(part) == {"part", "declared", "reached_by", "measured_change", "procedure_only", "flops_only",

@@ -37,6 +37,7 @@ def _core_variant(name: str, paper: Paper, summary: str, change: Change | None, 
             default_preset="small",
             summary=summary,
             base_overrides=overrides,
+            builds_on=None if name == "classic" else "classic",
             example_input=token_inputs,
         )
     )

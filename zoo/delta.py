@@ -1,8 +1,9 @@
 """The "what changed" analysis: a variant measured against its classic counterpart, part by part.
 
 For a variant and a task, build the variant and the classic model at the same width, depth and token
-count (the classic counterpart is the variant's own config with every declared change reverted), then
-compare per part (see :data:`core.parts.PARTS`):
+count (the classic counterpart, :mod:`zoo.counterpart`: the model the variant builds on, at the same preset,
+with every declared change reverted; config fields where the variant differs from it undeclared are listed
+as ``undeclared``), then compare per part (see :data:`core.parts.PARTS`):
 
 * structure: module types removed and added (a diff of the two module trees, grouped by part);
 * parameters: exact counts, Δ and Δ%;
@@ -14,7 +15,9 @@ compare per part (see :data:`core.parts.PARTS`):
   ``active_parameters()``, e.g. a mixture of experts, counts only what one token runs);
 * which change caused each difference (:mod:`zoo.delta_attribution`): the changes applied to the classic
   model in turn, so that a part another change resizes (Swin's attention, widened by the hierarchy) is
-  compared at the variant's sizes, and the size difference is booked to the change that sets it.
+  compared at the variant's sizes, and the size difference is booked to the change that sets it; what the
+  undeclared differences alone do (the counterpart against the variant with every change reverted) is a
+  first step of its own, :data:`UNDECLARED`, whose lines are all of kind ``undeclared``.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from core.attention import AttentionKernel
 from core.errors import unknown_name
 from core.parts import PARTS, PROCEDURES, module_parts, parameters_by_part
 from core.sidechannels import active_parameters
+from zoo.counterpart import Counterpart, counterpart
 from zoo.delta_attribution import METHOD, Snapshot, attribute, change_totals, cumulative_configs, lines_by_part
-from zoo.registry import Variant, get_variant
+from zoo.registry import Change, Variant, get_variant
 
 
 @dataclass(frozen=True)
@@ -95,14 +99,24 @@ def measured_at(variant: Variant, task: str, preset: str | None = None,
     return preset, {**spec.config_overrides(spec.shape), **(overrides or {})}
 
 
-def build_pair(name: str, task: str | None = None, preset: str | None = None, **overrides: Any):
-    """Build (variant model, classic counterpart, variant config, classic config) for a task."""
+def build_pair(name: str, task: str | None = None, preset: str | None = None,
+               **overrides: Any) -> tuple[nn.Module, nn.Module, Any, Counterpart]:
+    """The variant and its classic counterpart on a task, built.
+
+    Args:
+        name, task, preset: the variant, its task (default: its first) and preset (default: :func:`measured_at`).
+        overrides: config overrides of both models (e.g. the vocabulary a training run used).
+
+    Returns:
+        ``(variant model, classic model, variant config, counterpart)``; the classic model is the
+        :class:`~zoo.counterpart.Counterpart`'s (its ``config``, built by its ``registration``).
+    """
     variant, task = resolve(name, task)
     preset, overrides = measured_at(variant, task, preset, overrides)
-    config = variant.config(preset, **overrides)
-    classic_config = variant.config(preset, **{**overrides, **variant.classic_overrides()})
+    reference = counterpart(variant, task, preset, overrides)
+    config = variant.config(reference.preset, **overrides)
     torch.manual_seed(0)
-    return variant.build(config), variant.build(classic_config), config, classic_config
+    return variant.build(config), reference.registration.build(reference.config), config, reference
 
 
 def structure_by_part(model: nn.Module) -> dict[str, Counter]:
@@ -152,15 +166,39 @@ def snapshot(model: nn.Module, variant: Variant, config: Any, task: str) -> Snap
     return Snapshot(dict(parameters_by_part(model)), flops, structure_by_part(model))
 
 
+UNDECLARED = "undeclared differences"  # the attribution step from the counterpart to the variant fully reverted
+
+
 def attribute_steps(variant: Variant, task: str, preset: str | None, overrides: dict[str, Any],
-                ends: tuple[Snapshot, Snapshot]) -> list[dict[str, Any]]:
+                    ends: tuple[Snapshot, Snapshot], reference: Counterpart | None = None) -> list[dict[str, Any]]:
     """The steps of :func:`zoo.delta_attribution.attribute` for a variant on a task; ``ends`` are the classic
-    model's and the variant's snapshots (measured already), so only the intermediate models are built."""
-    if not variant.changes:  # the classic base itself: nothing to attribute
-        return []
+    model's and the variant's snapshots (measured already), so only the intermediate models are built.
+
+    With ``reference`` (the counterpart ``ends[0]`` measured) built by another registration or with undeclared
+    differences, the variant with every change reverted is measured too, and where it differs from the
+    counterpart, that difference is the first step, :data:`UNDECLARED`, its lines all of kind ``undeclared``.
+    """
     configs = cumulative_configs(variant, *measured_at(variant, task, preset, overrides))
+    steps, start = [], ends[0]
+    if reference is not None and (reference.differences or reference.registration.build is not variant.build):
+        reverted = snapshot(variant.build(configs[0]), variant, configs[0], task)
+        if reverted != start:
+            steps.append(_undeclared_step(start, reverted))
+            start = reverted
+    if not variant.changes:  # the classic base itself: nothing to attribute
+        return steps
     middle = [snapshot(variant.build(c), variant, c, task) for c in configs[1:-1]]
-    return attribute(variant.attribution_order(), [ends[0], *middle, ends[1]])
+    return steps + attribute(variant.attribution_order(), [start, *middle, ends[1]])
+
+
+def _undeclared_step(before: Snapshot, after: Snapshot) -> dict[str, Any]:
+    """The :data:`UNDECLARED` step: what differs from the counterpart with no change applied, every line undeclared.
+
+    Measured by :func:`~zoo.delta_attribution.attribute` through a stand-in change that names no part of its
+    own, whose lines are then all relabelled ``undeclared``.
+    """
+    (step,) = attribute((Change("stacking", "", "", "", name=UNDECLARED),), [before, after])
+    return {"change": UNDECLARED, "part": "–", "lines": [{**line, "kind": "undeclared"} for line in step["lines"]]}
 
 
 def activation_bytes(model: nn.Module, inputs: tuple) -> int:
@@ -237,18 +275,20 @@ def measure(
     size a training run really used. ``attribution=False`` skips building the intermediate models of
     :mod:`zoo.delta_attribution` (one per change but the last), for callers that need only the totals:
     every part's ``attribution`` is then empty and its ``at_variant_sizes`` is its classic → variant difference.
+    The classic side is :func:`zoo.counterpart.counterpart`: ``counterpart`` says which registration and
+    preset, ``undeclared`` lists the config fields where the variant differs from it with no change declared.
     """
     variant, task = resolve(name, task)
-    model, classic, config, classic_config = build_pair(name, task, preset, **(overrides or {}))
+    model, classic, config, reference = build_pair(name, task, preset, **(overrides or {}))
+    base, classic_config = reference.registration, reference.config
     spec = TASK_SHAPES[task]
     shape = spec.for_config(config)
-    inputs = variant.example_input(config, shape)
     structure = (structure_by_part(classic), structure_by_part(model))
     params = (parameters_by_part(classic), parameters_by_part(model))
-    profiles = (flop_profile(classic, variant, classic_config, task), flop_profile(model, variant, config, task))
+    profiles = (flop_profile(classic, base, classic_config, task), flop_profile(model, variant, config, task))
     flops = (profiles[0]["by_part"], profiles[1]["by_part"])
     ends = (Snapshot(params[0], flops[0], structure[0]), Snapshot(params[1], flops[1], structure[1]))
-    steps = attribute_steps(variant, task, preset, overrides or {}, ends) if attribution else []
+    steps = attribute_steps(variant, task, preset, overrides or {}, ends, reference) if attribution else []
     lines = lines_by_part(steps)
     declared = set(variant.parts_changed)
     parts = []
@@ -292,7 +332,10 @@ def measure(
         "schema": 2,
         "variant": name,
         "task": task,
-        "preset": preset or spec.preset or variant.default_preset,
+        "preset": reference.preset,
+        "counterpart": {"base": reference.base.name if reference.base else None, "preset": reference.preset,
+                        "reference_sizes": reference.sized, "note": reference.note},
+        "undeclared": [difference.to_dict() for difference in reference.differences],
         "input": {**shape, "description": spec.description},
         "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
         "summary": variant.summary,
@@ -306,7 +349,8 @@ def measure(
         "attention_growth": {"classic": profiles[0]["growth"], "variant": profiles[1]["growth"]},
         "conventions": {"flops": FLOP_CONVENTION, "memory": MEMORY_CONVENTION},
     }
-    if memory:
-        report["activation_bytes"] = {"classic": activation_bytes(classic, inputs),
-                                      "variant": activation_bytes(model, inputs)}
+    if memory:  # each model on inputs of its own config (an undeclared vocabulary may differ)
+        report["activation_bytes"] = {
+            "classic": activation_bytes(classic, base.example_input(classic_config, spec.for_config(classic_config))),
+            "variant": activation_bytes(model, variant.example_input(config, shape))}
     return report

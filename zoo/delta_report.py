@@ -119,6 +119,28 @@ def _by_change(attribution: dict[str, Any], heading: str) -> list[str]:
     return out + [""]
 
 
+def _counterpart(report: dict[str, Any]) -> list[str]:
+    """Which model the classic side is, when it is another registration's, and why at the variant's sizes."""
+    side = report.get("counterpart") or {}
+    if not side.get("base"):
+        return []
+    text = (f"The classic side is `{side['base']}` at preset `{side['preset']}` with every declared change "
+            "reverted.")
+    return [text + (f" Note: {side['note']}." if side.get("note") else ""), ""]
+
+
+def _undeclared(report: dict[str, Any], heading: str) -> list[str]:
+    """The config fields where the variant differs from the classic side with no change declared (if any)."""
+    found = report.get("undeclared") or []
+    if not found:
+        return []
+    return [f"{heading}# Undeclared differences", "",
+            "The variant's config differs from the classic side where none of its declared changes says so; every "
+            "number below includes what these differences do (the lines *by undeclared differences*), which no "
+            "declared change may be credited with:", "",
+            *(f"- {d['message']}" for d in found), ""]
+
+
 def render_markdown(report: dict[str, Any], heading: str = "#") -> str:
     r = report
     paper = r["paper"]
@@ -128,8 +150,10 @@ def render_markdown(report: dict[str, Any], heading: str = "#") -> str:
         f"Paper: [{paper['title']}]({paper['url']}) ({paper['year']}). Task `{r['task']}`, preset "
         f"`{r['preset']}`, measured on {r['input']['description']}.",
         "",
+        *_counterpart(r),
         r["summary"],
         "",
+        *_undeclared(r, heading),
     ]
     if not r["changes"]:
         lines += ["This *is* the classic base: nothing to compare.", ""]

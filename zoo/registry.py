@@ -106,7 +106,11 @@ class Variant:
     """A registered variant. ``build(config)`` returns the model; ``presets`` name config overrides.
 
     ``changes`` are its independent changes (see :class:`Change`), in the order the story tells them;
-    :meth:`attribution_order` is the order the delta analysis applies them in.
+    :meth:`attribution_order` is the order the delta analysis applies them in. ``builds_on`` names the
+    registered variant it patches (for each of its tasks): the model whose presets are the reference sizes
+    of its classic counterpart (:mod:`zoo.counterpart`). ``None``: the earliest registration of another name
+    for the task whose config class is (a base of) this one's, else none (the variant is a root whose
+    config class holds its own classic choices, as ViT's does).
     """
 
     name: str
@@ -119,6 +123,8 @@ class Variant:
     default_preset: str = "small"
     summary: str = ""
     base_overrides: dict[str, Any] = field(default_factory=dict)
+    # The registered variant whose presets are the reference sizes (zoo check/diff/compare); see above.
+    builds_on: str | None = None
     # Dummy inputs of the task's real size, for measuring FLOPs and memory: (config, shape) -> args.
     example_input: Callable[[Any, dict[str, int]], tuple] | None = None
 
@@ -134,6 +140,9 @@ class Variant:
         return self.config_class(**{**self.presets[preset], **self.base_overrides, **overrides})
 
     def __post_init__(self) -> None:
+        if self.builds_on is not None and (not isinstance(self.builds_on, str) or self.builds_on == self.name):
+            raise ValueError(f"variant {self.name!r}: builds_on={self.builds_on!r} must name another registered "
+                             "variant (the one it patches, e.g. 'classic'), or be None")
         names = [c.name for c in self.changes]
         if len(set(names)) != len(names):
             twice = sorted({n for n in names if names.count(n) > 1})
@@ -230,8 +239,10 @@ def register(variant: Variant) -> Variant:
 
     What a registration promises, and ``zoo check`` measures: ``build(config)`` returns a module whose parts are
     tagged (``zoo_part``, :mod:`core.parts`); ``changes`` declare every part where it differs from its classic
-    counterpart (its config with every ``revert`` applied), and each revert brings the classic modules of its
-    part back; ``example_input(config, shape)`` gives inputs of a task's size (``zoo.delta.TASK_SHAPES``).
+    counterpart (the model it ``builds_on`` at the same preset, with every ``revert`` applied: see
+    :mod:`zoo.counterpart`), every config field where it differs is restored by a revert, and each revert brings
+    the classic modules of its part back; ``example_input(config, shape)`` gives inputs of a task's size
+    (``zoo.delta.TASK_SHAPES``).
 
     Args:
         variant: the variant; one name may be registered once per set of tasks (the same patch on the
@@ -241,13 +252,32 @@ def register(variant: Variant) -> Variant:
         ``variant``, so that a module can keep it: ``VARIANT = register(Variant(...))``.
 
     Raises:
-        ValueError: the name is already registered for one of ``variant.tasks``.
+        ValueError: the name is already registered for one of ``variant.tasks``, or ``variant.builds_on`` is not
+            registered for each of them.
     """
     for other in _REGISTRY.get(variant.name, []):
         if set(other.tasks) & set(variant.tasks):
             raise ValueError(f"variant {variant.name!r} is already registered for {sorted(other.tasks)}")
+    for task in variant.tasks:
+        declared_base(variant, task)
     _REGISTRY.setdefault(variant.name, []).append(variant)
     return variant
+
+
+def declared_base(variant: Variant, task: str) -> Variant | None:
+    """The registration for ``task`` of the variant that ``variant`` declares it ``builds_on`` (``None`` when it
+    declares none; :func:`zoo.counterpart.base_of` then looks for one).
+
+    Raises:
+        ValueError: ``builds_on`` is not registered, or not for ``task``.
+    """
+    if variant.builds_on is None:
+        return None
+    try:
+        return get_variant(variant.builds_on, task)
+    except ValueError as error:
+        raise ValueError(f"variant {variant.name!r} builds_on {variant.builds_on!r}, which is not registered for the "
+                         f"{task} task ({error}); register that base first, or name one that runs on {task}") from None
 
 
 def get_variant(name: str, task: str | None = None) -> Variant:

@@ -62,6 +62,7 @@ DEIT = register(
         build=DistilledVisionTransformer,
         changes=CHANGES,
         default_preset=DEFAULT_PRESET,
+        builds_on="vit",
         summary="ViT trained data-efficiently: a distillation token and head learn a (CNN) teacher's predictions "
                 "beside the [CLS] token's label.",
         example_input=image_inputs,

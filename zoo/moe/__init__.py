@@ -22,6 +22,8 @@ Importing this package registers the FFN type ``"moe"`` (``TransformerConfig(ffn
 ffn_options={...})``, options in :data:`MOE_OPTIONS`) and the variant ``"moe"`` for translation.
 """
 
+import dataclasses
+
 from core.ffn import register_ffn
 from core.model import PRESETS, Transformer, TransformerConfig
 from zoo.classic import token_inputs
@@ -67,9 +69,10 @@ MOE = register(
         default_preset="mini",
         summary=SUMMARY,
         base_overrides={"ffn": "moe", "ffn_options": dict(MOE_OPTIONS)},
+        builds_on="classic",
         example_input=token_inputs,
     )
 )
 
 # The same FFN in ViT, for the image task.
-MOE_VIT = register(on_vit(MOE))
+MOE_VIT = register(dataclasses.replace(on_vit(MOE), builds_on="vit"))

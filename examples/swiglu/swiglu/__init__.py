@@ -42,6 +42,7 @@ VARIANT = register(
         build=Transformer,
         changes=(CHANGE,),
         default_preset=DEFAULT_PRESET,
+        builds_on="classic",  # the registered model it patches: its presets are the classic sizes
         summary="The FFN as a gated linear unit: Swish(W₁·x) ⊙ V·x, at the classic FFN's parameter count.",
         example_input=token_inputs,
     )
