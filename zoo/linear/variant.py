@@ -6,8 +6,6 @@ encoder–decoder topology are the classic model's, so the delta analysis sees e
 
 from __future__ import annotations
 
-import dataclasses
-
 from core.model import PRESETS, Transformer, TransformerConfig
 from zoo.classic import token_inputs
 from zoo.registry import Change, Paper, Variant, register
@@ -67,5 +65,4 @@ LINEAR = register(
 )
 
 # The same kernel in ViT, for the image task: a "lite" ViT (narrow, few heads) with linear attention.
-LINEAR_VIT = register(dataclasses.replace(
-    on_vit(LINEAR, {"lite": dict(d_model=96, depth=4, heads=2, patch_size=4, mlp_ratio=2.0)}), builds_on="vit"))
+LINEAR_VIT = register(on_vit(LINEAR, {"lite": dict(d_model=96, depth=4, heads=2, patch_size=4, mlp_ratio=2.0)}))

@@ -22,8 +22,6 @@ Importing this package registers the FFN type ``"moe"`` (``TransformerConfig(ffn
 ffn_options={...})``, options in :data:`MOE_OPTIONS`) and the variant ``"moe"`` for translation.
 """
 
-import dataclasses
-
 from core.ffn import register_ffn
 from core.model import PRESETS, Transformer, TransformerConfig
 from zoo.classic import token_inputs
@@ -75,4 +73,4 @@ MOE = register(
 )
 
 # The same FFN in ViT, for the image task.
-MOE_VIT = register(dataclasses.replace(on_vit(MOE), builds_on="vit"))
+MOE_VIT = register(on_vit(MOE))

@@ -81,7 +81,8 @@ __all__ = [
 
 def on_vit(variant: Variant, presets: dict | None = None) -> Variant:
     """The same patch applied to ViT instead of the classic encoder–decoder, for the image task: ``variant``'s
-    paper, changes and base overrides on ViT's config, presets (``presets``: ViT's plus extra ones) and builder."""
-    return dataclasses.replace(variant, tasks=("cifar",), config_class=ViTConfig,
+    paper, changes and base overrides on ViT's config, presets (``presets``: ViT's plus extra ones) and builder,
+    built on ViT (its classic counterpart is ViT at the same preset with the same reverts)."""
+    return dataclasses.replace(variant, tasks=("cifar",), config_class=ViTConfig, builds_on="vit",
                                presets={**PRESETS, **(presets or {})}, build=VisionTransformer,
                                default_preset=DEFAULT_PRESET, example_input=image_inputs)
