@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 
 COMPARE_EPOCHS = 2  # the default budget of zoo compare / zoo ablate: epochs=2
 MAX_EPOCHS = 1000  # the epoch cap under a FLOP budget when --epochs is not given: the budget decides
-HEADLINE_FIELDS = ("mean", "ci95", "ci95_method", "delta", "delta_ci95", "p_value", "p_value_holm", "verdict", "test")
+HEADLINE_FIELDS = ("mean", "ci95", "ci95_method", "delta", "delta_ci95", "p_value", "p_value_holm", "verdict", "test",
+                   "other_p_values", "seed_delta_ci95", "seed_p_value_holm", "seed_verdict")
 
 
 @dataclass
@@ -236,6 +237,7 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
                "metrics": {m.key: stats[m.key][label] for m in metrics},
                "undeclared": [d.to_dict() for d in undeclared[label]]}
         headline = {"delta": 0.0, "delta_ci95": None, "p_value": None, "p_value_holm": None, "test": None,
+                    "other_p_values": None, "seed_delta_ci95": None, "seed_p_value_holm": None, "seed_verdict": None,
                     "verdict": "baseline" if kind == "compare" else "full variant", **row["metrics"][metrics[0].key]}
         row.update({k: headline[k] for k in HEADLINE_FIELDS})
         rows.append(row)
