@@ -10,9 +10,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.atomic import atomic_open
 from tasks.config import config_differences
 
 FORMAT_VERSION = 1
@@ -56,19 +55,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (temporary file + fsync + ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``state`` to ``path`` atomically (:mod:`core.atomic`: temporary file + fsync + ``os.replace``)."""
     state = {**state, "format_version": FORMAT_VERSION, "package_version": package_version()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, binary=True, fsync=True) as f:
+        torch.save(state, f)
 
 
 def load_checkpoint(path: Path, expected_config: dict[str, Any] | None = None) -> dict[str, Any]:

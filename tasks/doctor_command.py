@@ -6,12 +6,16 @@
 
 Writes ``doctor.md``, ``doctor.json`` and one figure per check under ``--out`` (default ``RUN/doctor`` or
 ``runs/doctor/VARIANT-TASK[-MISTAKE]``) and prints the ranked findings, or "nothing found" with what was checked.
+Exits 1 when a finding is at ``--fail-on`` (default ``error``) or worse, so that it can gate a CI job; 2 on a
+usage error, as every zoo command.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from zoo.doctor.findings import SEVERITIES
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -56,7 +60,20 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     print(diagnosis.table())
     figures = [f for f in files if f.endswith(".png")]
     print(f"written to {out}/ (doctor.md, doctor.json{', ' + str(len(figures)) + ' figures' if figures else ''})")
-    return 0
+    return _exit_status(diagnosis, args.fail_on)
+
+
+def _exit_status(diagnosis, fail_on: str) -> int:
+    """1 (and a line saying why) when a finding is at ``fail_on`` or worse; 0 otherwise, or for ``never``."""
+    if fail_on == "never" or diagnosis.healthy:
+        return 0
+    failing = diagnosis.at_least(fail_on)
+    if not failing:
+        print(f"exit status 0: no finding at {fail_on} or worse (--fail-on {fail_on})")
+        return 0
+    print(f"exit status 1: {len(failing)} finding(s) at {fail_on} or worse, first: {failing[0].problem} "
+          f"(--fail-on {fail_on}; --fail-on never exits 0 whatever is found)")
+    return 1
 
 
 def add_doctor_command(sub: argparse._SubParsersAction) -> None:
@@ -80,4 +97,6 @@ def add_doctor_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="with --variant: the initialisation seed (default: 0)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: small models run fastest)")
     p.add_argument("--no-figures", action="store_true", help="write doctor.md and doctor.json only")
+    p.add_argument("--fail-on", default="error", choices=(*SEVERITIES, "never"),
+                   help="exit 1 when a finding is at this severity or worse (default: error; never: always exit 0)")
     p.set_defaults(func=_cmd_doctor)

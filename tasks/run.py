@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import tempfile
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from core.atomic import atomic_path, write_text_atomic
 from tasks.checkpoint import load_checkpoint, package_version
 from tasks.config import config_from_dict
 from tasks.distributed import DistInfo, select_device
@@ -42,16 +41,8 @@ CHECKPOINTS = ("best", "last")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON to ``path`` via a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` as indented JSON to ``path`` atomically (:mod:`core.atomic`: readable as any file)."""
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def run_info(task: Task) -> dict[str, Any]:
@@ -222,7 +213,8 @@ def export_run(path: str | Path, out: str | Path | None = None, format: str = "s
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for the exported run")
     out.mkdir(parents=True, exist_ok=True)
-    save_model(run.model, str(out / WEIGHTS_FILE), metadata={"task": run.info["task"], "variant": run.variant})
+    with atomic_path(out / WEIGHTS_FILE) as tmp:  # safetensors writes 0600; atomic_path gives it the umask's mode
+        save_model(run.model, str(tmp), metadata={"task": run.info["task"], "variant": run.variant})
     for name in run.task.artifact_files():
         shutil.copy2(run.path / name, out / name)
     if run.metrics is not None:

@@ -239,6 +239,8 @@ def test_bad_inputs_get_clear_errors(data):
         get_mistake("unscaledd")
     with pytest.raises(KeyError, match="no check"):
         Diagnosis([CheckResult("mask")]).check("curve")
+    with pytest.raises(ValueError, match="severity must be one of"):
+        Diagnosis([CheckResult("mask")]).at_least("fatal")
     assert set(MISTAKES) >= {"unscaled", "zero-mask", "post-ln-deep", "ignore-mask", "qk-scaled"}
 
 
@@ -259,3 +261,13 @@ def test_cli_lists_the_mistakes(capsys):
     assert main(["doctor", "--list-mistakes"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in MISTAKES)
+
+
+def test_findings_at_least_a_severity():
+    found = CheckResult("mask")
+    for severity in ("note", "critical", "warning", "error"):
+        found.add(Finding("mask", severity, "e", "c", "f", severity, 2.0, 1.0))
+    diagnosis = Diagnosis([found])
+    assert [f.severity for f in diagnosis.at_least("critical")] == ["critical"]
+    assert [f.severity for f in diagnosis.at_least("error")] == ["critical", "error"]
+    assert [f.severity for f in diagnosis.at_least("note")] == ["critical", "error", "warning", "note"]

@@ -70,10 +70,11 @@ def test_a_trained_healthy_run_gets_nothing_found(run_dir, capsys):
 
 def test_a_mistake_injected_into_a_trained_run_is_found(run_dir, tmp_path, capsys):
     out = tmp_path / "scaled"
-    assert main(["doctor", str(run_dir), "--lab-mistake", "qk-scaled", "--out", str(out), "--no-figures"]) == 0
+    assert main(["doctor", str(run_dir), "--lab-mistake", "qk-scaled", "--out", str(out), "--no-figures"]) == 1
     first = json.loads((out / "doctor.json").read_text())["findings"][0]
-    assert first["check"] == "score_scale" and "too large" in first["problem"]
-    assert "qk-scaled" in capsys.readouterr().out
+    assert first["check"] == "score_scale" and "too large" in first["problem"] and first["severity"] == "error"
+    printed = capsys.readouterr().out
+    assert "qk-scaled" in printed and "exit status 1: " in printed.splitlines()[-1]
 
 
 def test_a_mistake_that_changes_the_build_is_refused_for_a_run(run_dir, capsys):
@@ -85,10 +86,29 @@ def test_doctor_a_variant_with_a_lab_mistake(tmp_path, capsys):
     out = tmp_path / "unscaled"
     argv = ["doctor", "--variant", "classic", "--preset", "tiny", "--lab-mistake", "unscaled", "--batch-size", "16",
             "--out", str(out), "--no-figures"]
-    assert main(argv) == 0
+    assert main(argv) == 1  # an error-level finding fails a CI job (--fail-on error, the default)
     printed = capsys.readouterr().out
     assert "attention kernel scales the scores wrongly" in printed.splitlines()[2]
-    assert json.loads((out / "doctor.json").read_text())["findings"][0]["check"] == "score_scale"
+    findings = json.loads((out / "doctor.json").read_text())["findings"]
+    assert findings[0]["check"] == "score_scale" and findings[0]["severity"] == "error"
+    assert not any(f["severity"] == "critical" for f in findings)
+    assert printed.splitlines()[-1] == (f"exit status 1: {len(findings)} finding(s) at error or worse, first: "
+                                        f"{findings[0]['problem']} (--fail-on error; --fail-on never exits 0 "
+                                        "whatever is found)")
+    assert main([*argv, "--fail-on", "critical"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "exit status 0: no finding at critical or worse (--fail-on critical)"
+    assert main([*argv, "--fail-on", "never"]) == 0
+    assert "exit status" not in capsys.readouterr().out
+    assert main([*argv, "--fail-on", "fatal"]) == 2
+    assert "invalid choice: 'fatal'" in capsys.readouterr().err
+
+
+def test_a_healthy_variant_exits_0(tmp_path, capsys):
+    argv = ["doctor", "--variant", "classic", "--preset", "tiny", "--batch-size", "16", "--out", str(tmp_path),
+            "--no-figures", "--fail-on", "note"]
+    assert main(argv) == 0
+    assert "nothing found" in capsys.readouterr().out
 
 
 def test_the_doctor_does_not_change_training(tmp_path, data):

@@ -104,6 +104,24 @@ def test_zoo_evaluate_scores_two_folders(cv, root, tmp_path, capsys):
     assert "--pred DIR --labels DIR" in capsys.readouterr().err
 
 
+def test_zoo_evaluate_writes_nothing_when_it_refuses(root, tmp_path, capsys):
+    labels = root / "pairs" / "labels"
+    pred = tmp_path / "pred"
+    shutil.copytree(labels, pred)
+    first = sorted(pred.glob("*.nii.gz"))[0]
+    image = nib.load(first)
+    values = np.asarray(image.dataobj).copy()
+    top = int(max(np.asarray(nib.load(f).dataobj).max() for f in labels.glob("*.nii.gz")))
+    values[0, 0, 0] = top + 1  # a class the references do not have
+    nib.save(nib.Nifti1Image(values, image.affine), first)
+    for out in ([], ["--out", str(tmp_path / "out")]):
+        assert main(["evaluate", "medseg", "--pred", str(pred), "--labels", str(labels), *out]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"fall outside the {top + 1} classes" in err and "\n" not in err
+        assert not (tmp_path / "out").exists()  # not even the folder
+        assert sorted(p.name for p in pred.iterdir() if not p.name.endswith(".nii.gz")) == []  # no summary.json
+
+
 def _bad_folders(tmp):
     """name -> (data folder, extra flags); each a mistake a user can make."""
     missing = decathlon(tmp / "no-json")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.atomic import write_text_atomic
 from core.errors import unknown_name
 
 
@@ -109,12 +109,6 @@ class LessonResult:
     figures: list[str] = field(default_factory=list)
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def run_lesson(name: str, settings: LabSettings) -> LessonResult:
     """Run lesson ``name`` and write ``lesson.md`` and ``result.json`` under ``settings.out``."""
     lesson = get_lesson(name)
@@ -133,9 +127,9 @@ def run_lesson(name: str, settings: LabSettings) -> LessonResult:
         lines += [result.body.rstrip(), ""]
     lines += [f"![{figure}]({figure})" for figure in result.figures]
     lines += ["", f"Reproduce: `{command}` ({seconds:.0f} s here).", ""]
-    _write_text(settings.out / "lesson.md", "\n".join(lines))
+    write_text_atomic(settings.out / "lesson.md", "\n".join(lines))
     plain = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()}
     record = {"lesson": name, "settings": plain, "seconds": seconds, **asdict(result)}
     record.pop("body")
-    _write_text(settings.out / "result.json", json.dumps(record, indent=2, default=float) + "\n")
+    write_text_atomic(settings.out / "result.json", json.dumps(record, indent=2, default=float) + "\n")
     return result

@@ -22,10 +22,11 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
+from core.atomic import write_text_atomic
 from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, case_status, summarise
 from tasks.medseg.nifti_layout import dataset_class_names
 from tasks.medseg.nifti_scoring import SUMMARY_FILE
-from tasks.medseg.nnunet_eval import evaluate_folders, read_label_map, read_pair, summary_lines
+from tasks.medseg.nnunet_eval import evaluate_folders, read_label_map, read_pair, summary_lines, write_summary_json
 
 
 def class_names_for(label_dir: Path, dataset_json: str | Path | None = None) -> tuple[list[str], str]:
@@ -63,7 +64,7 @@ def score_folders(pred_dir: str | Path, label_dir: str | Path, dataset_json: str
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for summary.json and metrics.json")
     k = len(names)
-    summary = evaluate_folders(pred_dir, label_dir, list(range(1, k)), chill=chill, output_file=out / SUMMARY_FILE)
+    summary = evaluate_folders(pred_dir, label_dir, list(range(1, k)), chill=chill)  # written once all is checked
     per_case: dict[str, dict[str, dict]] = {name: {} for name in CONVENTIONS}
     status = {}
     for entry in summary["metric_per_case"]:
@@ -86,8 +87,8 @@ def score_folders(pred_dir: str | Path, label_dir: str | Path, dataset_json: str
                "dice": summaries["papers"]["mean_dice"], "hd95": summaries["papers"]["mean_hd95"],
                "dice_mm": summaries["mm"]["mean_dice"], "hd95_mm": summaries["mm"]["mean_hd95"],
                "conventions": summaries}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    write_summary_json(summary, out / SUMMARY_FILE)  # only now: a refused input leaves no file behind
+    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     lines = [f"{metrics['cases']} cases of {pred_dir} scored against {label_dir} (classes from {origin}):",
              *summary_lines(summary, names),
              f"this package's conventions: Dice {_number(metrics['dice'])}, HD95 {_number(metrics['hd95'])} voxels "

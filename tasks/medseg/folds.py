@@ -9,13 +9,12 @@ cases give nnU-Net's own folds.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from sklearn.model_selection import KFold
 
+from core.atomic import write_text_atomic
 from core.errors import check_int
 
 NNUNET_SEED = 12345
@@ -74,16 +73,7 @@ def write_splits(path: str | Path, folds: Sequence[dict[str, Sequence[str]]]) ->
     path = Path(path)
     check_splits(folds, str(path))
     text = json.dumps([{"train": list(f["train"]), "val": list(f["val"])} for f in folds], indent=4, sort_keys=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, text + "\n")
 
 
 def read_splits(path: str | Path, cases: Iterable[str] | None = None) -> list[dict[str, list[str]]]:

@@ -29,8 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomic import atomic_open
 from tasks.medseg.data import SegData, Volume
 from tasks.medseg.nifti_geometry import (
     IMAGE_ORDERS,
@@ -354,16 +353,9 @@ def _read_cached(path: Path) -> dict | None:
 def _write_cached(path: Path, record: dict) -> None:
     meta = {k: record[k] for k in ("case", "shape", "spacing", "orientation", "nonzero_share")}
     meta["geometry"] = record["geometry"].to_dict()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta)), image=record["image"], label=record["label"],
-                     foreground=record["foreground"], class_counts=record["class_counts"])
-        os.replace(tmp, path)  # atomic: a reader sees the whole file or none
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, binary=True) as f:  # a concurrent reader sees the whole file or none
+        np.savez(f, meta=np.array(json.dumps(meta)), image=record["image"], label=record["label"],
+                 foreground=record["foreground"], class_counts=record["class_counts"])
 
 
 def cache_root() -> Path:

@@ -28,6 +28,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from core.atomic import write_text_atomic
 from tasks.medseg.nifti_layout import AFFINE_ATOL, NIFTI_ENDINGS, nifti_stem, read_header
 
 METRICS = ("Dice", "IoU", "FP", "TP", "FN", "TN", "n_pred", "n_ref")
@@ -153,17 +154,14 @@ def read_pair(ref_file: Path, pred_file: Path) -> tuple[Path, Path, np.ndarray, 
 
 
 def write_summary_json(summary: dict, path: str | Path) -> Path:
-    """Write ``summary`` as nnU-Net's ``summary.json`` (labels as string keys, sorted keys, indent 4)."""
+    """Write ``summary`` as nnU-Net's ``summary.json`` (labels as string keys, sorted keys, indent 4), atomically."""
     converted = {
         "metric_per_case": [{**case, "metrics": {str(k): v for k, v in case["metrics"].items()}}
                             for case in summary["metric_per_case"]],
         "mean": {str(k): v for k, v in summary["mean"].items()},
         "foreground_mean": summary["foreground_mean"],
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(converted, sort_keys=True, indent=4), encoding="utf-8")
-    return path
+    return write_text_atomic(path, json.dumps(converted, sort_keys=True, indent=4))
 
 
 def summary_lines(summary: dict, class_names: Sequence[str] | None = None) -> list[str]:

@@ -22,13 +22,13 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 from scipy import ndimage
 
+from core.atomic import temporary_folder
 from tasks.medseg.phantom import HU_WINDOW, default_phantom_dir, phantom_case
 from tasks.medseg.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 
@@ -117,12 +117,11 @@ def write_phantom_nifti(
     if root.is_file() or (root.is_dir() and any(root.iterdir()) and not (root / MANIFEST).is_file()):
         raise FileExistsError(f"{root} exists and is not a phantom folder (no {MANIFEST}); pass another folder")
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
+    tmp = temporary_folder(root.parent, f".{root.name}.tmp-")  # an ordinary folder's mode, not mkdtemp's 0700
     stale = root.with_name(f"{tmp.name}.stale")
     try:
         _write_layout(tmp, layout, seed, slices, size, train_cases, test_cases)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        tmp.chmod(0o755)  # mkdtemp makes it private; the renamed folder is an ordinary cache folder
         if root.exists():  # an outdated phantom of ours: move it aside so that the rename can happen
             os.replace(root, stale)
         try:

@@ -119,6 +119,12 @@ class Diagnosis:
     def healthy(self) -> bool:
         return not self.findings
 
+    def at_least(self, severity: str) -> list[Finding]:
+        """The findings of ``severity`` or worse (``critical`` is the worst), ranked."""
+        if severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {severity!r}")
+        return [f for f in self.findings if SEVERITIES.index(f.severity) <= SEVERITIES.index(severity)]
+
     def check(self, name: str) -> CheckResult:
         for result in self.checks:
             if result.name == name:

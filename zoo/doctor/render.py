@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from core.atomic import write_text_atomic
 from zoo.doctor.findings import CHECKS, CheckResult, Diagnosis
 
 LESSON_LINKS = "`zoo lab {}`"
@@ -109,12 +109,6 @@ def diagnosis_markdown(d: Diagnosis) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_diagnosis(d: Diagnosis, out, figures: bool = True) -> list[str]:
     """Write the figures, ``doctor.md`` and ``doctor.json`` under ``out``; return the file names."""
     out = Path(out)
@@ -125,8 +119,8 @@ def write_diagnosis(d: Diagnosis, out, figures: bool = True) -> list[str]:
         from zoo.doctor.figures import draw
 
         d.figures = draw(d, out)
-    _write(out / "doctor.md", diagnosis_markdown(d))
-    _write(out / "doctor.json", json.dumps(plain(d.to_dict()), indent=2) + "\n")
+    write_text_atomic(out / "doctor.md", diagnosis_markdown(d))
+    write_text_atomic(out / "doctor.json", json.dumps(plain(d.to_dict()), indent=2) + "\n")
     return [*d.figures, "doctor.md", "doctor.json"]
 
 

@@ -24,9 +24,10 @@ This layer's policy:
   10 tokens: 14% instead of 4%), since early tokens cannot be given slots reserved for later ones;
 * **evaluation** (not training): *dropless*, as inference-time MoE systems run: every assignment is
   processed, so a token's output depends on that token alone — batch-invariant, causal, and the same
-  with a KV cache as with full recomputation. Each expert's rows run in blocks of :data:`BLOCK`
-  (:func:`~zoo.moe.dispatch.blockwise`), so a token's expert outputs do not change even in the last bit
-  with the other tokens (at about 1.5× the CPU time of one matmul per expert);
+  with a KV cache as with full recomputation. The router scores each token as its own product
+  (:class:`~zoo.moe.router.TopKRouter`) and each expert's rows run in blocks of :data:`BLOCK`
+  (:func:`~zoo.moe.dispatch.blockwise`), so a token's output does not change even in the last bit with the
+  other tokens (at about 1.5× the CPU time of one matmul per expert);
 * ``dropless=True`` also trains without capacity (causal as well, but the experts' matmul sizes
   follow the routing, so the last bits of a token's output may vary with the other tokens).
 
