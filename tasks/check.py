@@ -22,7 +22,11 @@ measured number and, when it fails, the reason:
   tokens, changed or padded, leave earlier outputs bit-identical; ``padding`` — appended pads move no real
   position; ``batch (eval)`` — a sequence is bit-identical beside others of its shape, and equal to rounding
   alone or beside longer ones; ``kv cache`` — cached decoding equals full recomputation (logits, and the
-  tokens of greedy and beam search). Other models get ``batch (eval)``: an input alone and in a batch;
+  tokens of greedy and beam search, decoded past every block). Every decoder probe runs at several lengths
+  (:func:`zoo.probes.probe_lengths`: short, just past every block the model works in — a kernel's chunk, the KV
+  cache's first buffer, a block of expert rows — and the longest the model accepts), the causal ones perturbed
+  after points spread over the sequence and either side of each block boundary. Other models get
+  ``batch (eval)``: an input alone and in a batch;
 * ``save/load`` — the weights written as ``zoo export`` writes them (safetensors) and as ``zoo train``
   checkpoints them (a ``weights_only`` state dict) and loaded into a model built from another seed give
   bit-identical outputs;
@@ -243,35 +247,46 @@ class _Preset:
             return [self.row("causal / kv cache", None, "no autoregressive decoder"),
                     self.row("batch (eval)", _close(drift), f"alone vs in a batch: {drift.max_abs:.2g}",
                              f"an input's output depends on its batch (drift {drift.max_abs:.3g})")]
-        src, tgt = probes.probe_batch(model)
+        lengths, blocks = probes.probe_lengths(model), probes.block_sizes(model)
+        batches = {n: probes.probe_batch(model, src_len=n, tgt_len=n, seed=n) for n in lengths}
+        at = f"lengths {', '.join(map(str, lengths))}"
         rows = []
         for training in (True, False):
             model.train(training)
-            leaks = [probes.causal_leak(model, src, tgt, t, replacement).max_abs
-                     for t in (0, 3, 7, tgt.shape[1] - 2) for replacement in (None, model.config.pad_id)]
-            rows.append(self.row(f"causal ({'train' if training else 'eval'})", max(leaks) == 0.0,
-                                 f"max drift {max(leaks):.3g}",
-                                 f"earlier outputs move when later target tokens change (by {max(leaks):.3g})"))
+            leak, where = max(((probes.causal_leak(model, src, tgt, t, replacement).max_abs, f"length {n}, after {t}")
+                               for n, (src, tgt) in batches.items() for t in probes.perturbation_points(n, blocks)
+                               for replacement in (None, model.config.pad_id)), key=lambda x: x[0])
+            rows.append(self.row(f"causal ({'train' if training else 'eval'})", leak == 0.0,
+                                 f"{at}: max drift {leak:.3g}", f"earlier outputs move when later target tokens "
+                                 f"change: by {leak:.3g} at {where} (changed tokens)"))
         model.eval()
-        pad = probes.padding_leak(model, src, tgt, extra=5)
-        rows.append(self.row("padding", _close(pad), f"max drift {pad.max_abs:.2g}",
-                             f"appended padding moves real positions by {pad.max_abs:.3g}"))
-        others_src, others_tgt = probes.probe_batch(model, rows=4, seed=1)
-        longer_src, longer_tgt = probes.probe_batch(model, rows=2, src_len=14, tgt_len=17, seed=2)
-        same = probes.batch_leak(model, src, tgt, others_src[:2], others_tgt[:2])
-        alone = [probes.batch_leak(model, src[:1], tgt[:1], s, t)
-                 for s, t in ((others_src, others_tgt), (longer_src, longer_tgt))]
-        worst = max(alone, key=lambda d: d.relative)
-        rows.append(self.row("batch (eval)", same.max_abs == 0.0 and all(map(_close, alone)),
-                             f"same shape {same.max_abs:.2g}, alone {worst.max_abs:.2g}",
-                             f"a sequence depends on its batch (same shape: {same.max_abs:.3g}, alone: "
-                             f"{worst.max_abs:.3g})"))
-        cache = probes.cache_drift(model, src, tgt)
-        tokens = [probes.decoding_mismatch(model, src, beam, max_len=10) for beam in (None, 3)]
+        pad, where = max(((probes.padding_leak(model, src, tgt, extra=probes.PAD_EXTRA), f"length {n}")
+                          for n, (src, tgt) in batches.items()), key=lambda x: x[0].relative)
+        rows.append(self.row("padding", _close(pad), f"{at}: max drift {pad.max_abs:.2g}",
+                             f"appended padding moves real positions by {pad.max_abs:.3g} at {where}"))
+        same, alone = [], []
+        for n, (src, tgt) in batches.items():
+            others_src, others_tgt = probes.probe_batch(model, rows=4, src_len=n, tgt_len=n, seed=n + 1)
+            longer = min(n + probes.PAD_EXTRA, model.config.max_len)
+            longer_src, longer_tgt = probes.probe_batch(model, rows=2, src_len=longer, tgt_len=longer, seed=n + 2)
+            same.append((probes.batch_leak(model, src, tgt, others_src[:2], others_tgt[:2]), f"length {n}"))
+            alone += [(probes.batch_leak(model, src[:1], tgt[:1], s, t), f"length {n}")
+                      for s, t in ((others_src, others_tgt), (longer_src, longer_tgt))]
+        (same_worst, same_at), (worst, worst_at) = (max(x, key=lambda d: d[0].relative) for x in (same, alone))
+        rows.append(self.row("batch (eval)", same_worst.max_abs == 0.0 and all(_close(d) for d, _ in alone),
+                             f"{at}: same shape {same_worst.max_abs:.2g}, alone {worst.max_abs:.2g}",
+                             f"a sequence depends on its batch (same shape: {same_worst.max_abs:.3g} at {same_at}, "
+                             f"alone: {worst.max_abs:.3g} at {worst_at})"))
+        cache, where = max(((probes.cache_drift(model, src, tgt), f"length {n}") for n, (src, tgt) in batches.items()),
+                           key=lambda x: x[0].relative)
+        steps = min(max([10, *blocks]) + 4, lengths[-1])  # greedy and beam decoding past every block
+        src = batches[lengths[0]][0]
+        tokens = [probes.decoding_mismatch(model, src, beam, max_len=steps) for beam in (None, 3)]
         rows.append(self.row("kv cache", _close(cache) and not any(tokens),
-                             f"logits {cache.max_abs:.2g}, tokens differing {tokens[0]} greedy / {tokens[1]} beam",
-                             f"cached decoding differs from recomputation (logits by {cache.max_abs:.3g}, "
-                             f"{tokens[0]} greedy and {tokens[1]} beam tokens)"))
+                             f"{at}: logits {cache.max_abs:.2g}; {steps} decoding steps: tokens differing "
+                             f"{tokens[0]} greedy / {tokens[1]} beam",
+                             f"cached decoding differs from recomputation (logits by {cache.max_abs:.3g} at {where}, "
+                             f"{tokens[0]} greedy and {tokens[1]} beam tokens in {steps} steps)"))
         return rows
 
     # ------------------------------------------------------------------------------ persistence

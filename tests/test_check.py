@@ -120,6 +120,40 @@ BROKEN = {
 
         register_ffn("mine", lambda d, f, a, p, layer: ForgetfulFFN(d, f, a, p))
         '''),
+    "late-peeking": dict(  # keeps the causal mask for the first 20 queries only (a "long-sequence fast path" bug)
+        presets='{n: dict(v, kernel="late-peeking") for n, v in PRESETS.items()}',
+        change='Change("attention", "softmax", "late-peeking", "a flaw", revert={"kernel": "sdpa"})',
+        extra='''
+        class LatePeekingAttention(ReferenceAttention):
+            def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+                if is_causal:
+                    nq, nk = q.shape[-2], k.shape[-2]
+                    allowed = torch.ones(nq, nk, dtype=torch.bool).tril(nk - nq)
+                    allowed[20:] = True  # past 20 queries every key is visible
+                    mask = allowed if mask is None else mask & allowed
+                return super().forward(q, k, v, mask, bias, False, need_weights)
+
+        register_kernel("late-peeking", LatePeekingAttention)
+        '''),
+    "chunk-leak": dict(  # a chunked kernel whose last query of each 16-token chunk sees the next chunk's first key
+        presets='{n: dict(v, kernel="chunk-leak") for n, v in PRESETS.items()}',
+        change='Change("attention", "softmax", "chunk-leak", "a flaw", revert={"kernel": "sdpa"})',
+        extra='''
+        class ChunkLeakAttention(ReferenceAttention):
+            chunk_size = 16  # zoo.probes reads it: probe past the chunk boundary
+
+            def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+                if is_causal:
+                    nq, nk = q.shape[-2], k.shape[-2]
+                    allowed = torch.ones(nq, nk, dtype=torch.bool).tril(nk - nq)
+                    last = torch.arange(nk - nq, nk)  # each query's own position
+                    edge = (last + 1) % self.chunk_size == 0
+                    allowed[edge.nonzero().flatten(), (last[edge] + 1).clamp(max=nk - 1)] = True
+                    mask = allowed if mask is None else mask & allowed
+                return super().forward(q, k, v, mask, bias, False, need_weights)
+
+        register_kernel("chunk-leak", ChunkLeakAttention)
+        '''),
     **UNDECLARED,  # declares the FFN, but its presets set one head and a third decoder layer / another chunk size
 }
 
@@ -127,6 +161,10 @@ BROKEN = {
 FAILS = {
     "peeking": {"causal (train)": "earlier outputs move when later target tokens change",
                 "causal (eval)": "earlier outputs move", "kv cache": "cached decoding differs from recomputation"},
+    "late-peeking": {"causal (train)": "earlier outputs move when later target tokens change: by",
+                     "causal (eval)": "earlier outputs move", "kv cache": "cached decoding differs"},
+    "chunk-leak": {"causal (train)": "earlier outputs move when later target tokens change: by",
+                   "causal (eval)": "earlier outputs move", "kv cache": "cached decoding differs"},
     "undeclared": {"changes": "`kernel` 'sdpa' → 'reference': no declared change reverts it; declare it or use the "
                               "classic value; undeclared change at attention: ScaledDotProductAttention×6 → "
                               "Dropout×6, ReferenceAttention×6"},

@@ -79,6 +79,52 @@ def autoregressive_variants() -> list[tuple[str, str]]:
     return found
 
 
+# Attribute names under which a module states a block length of its own: the chunk of a chunked kernel, a
+# window, a block of rows. A plugin's module declares any other block as ``probe_blocks = (n, ...)``.
+BLOCK_ATTRIBUTES = ("probe_blocks", "chunk_size", "block_size", "window_size")
+SHORT = 12  # the short probe length
+PAD_EXTRA = 5  # pads the padding probe appends: the longest probe leaves room for them within max_len
+
+
+def block_sizes(model: nn.Module) -> list[int]:
+    """Every block length the model works in, ascending: the ints (or tuples of ints) its modules hold under
+    :data:`BLOCK_ATTRIBUTES` (linear attention's chunk, a plugin's window), and the capacity of the KV cache's
+    first buffer (it grows past it while decoding)."""
+    found: set[int] = set()
+
+    def add(value: object) -> None:
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+                found.add(v)
+
+    for module in model.modules():
+        for name in BLOCK_ATTRIBUTES:
+            add(getattr(module, name, None))
+    for entry in getattr(model.new_cache(), "layers", ()):
+        for cache in entry if isinstance(entry, (tuple, list)) else (entry,):
+            add(getattr(cache, "capacity", None))
+    return sorted(found)
+
+
+def probe_lengths(model: nn.Module) -> list[int]:
+    """Target lengths to probe at: short, just past every block boundary (:func:`block_sizes`), and the longest
+    the model accepts (``config.max_len``, less the padding probe's :data:`PAD_EXTRA`)."""
+    longest = getattr(model.config, "max_len", 64) - PAD_EXTRA
+    wanted = {SHORT, longest, *(b + 2 for b in block_sizes(model))}
+    return sorted(n for n in wanted if 3 <= n <= longest)
+
+
+def perturbation_points(length: int, blocks: list[int]) -> list[int]:
+    """Positions t after which a causal probe changes the target: the start, the quarters, the end, and just
+    before and at the first and the last boundary of every block inside the sequence."""
+    points = {0, length // 4, length // 2, 3 * length // 4, length - 2}
+    for b in blocks:
+        boundaries = list(range(b, length - 1, b))
+        for edge in boundaries[:1] + boundaries[-1:]:
+            points |= {edge - 1, edge}
+    return sorted(t for t in points if 0 <= t <= length - 2)
+
+
 def _drift(reference: Tensor, other: Tensor, where: Tensor | None = None) -> Drift:
     """Drift of ``other`` from ``reference`` (same shape ``(B, T, V)``), over the rows ``where`` ``(B, T)``."""
     if where is not None:
