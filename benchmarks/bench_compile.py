@@ -5,14 +5,14 @@ Run: ``.venv/bin/python benchmarks/bench_compile.py [--quick] [--threads N] [--r
 
 What is measured, for the three default models as ``zoo train`` builds them on their default data
 (translation ``classic`` ``mini`` on the generated corpus, cifar ``vit`` ``cpu`` on the shipped Fashion-MNIST
-subset, medseg ``missformer`` ``cpu`` on the phantom), each as :class:`tasks.compiled.CompiledModel` wraps
+subset, medseg ``missformer`` ``cpu`` on the phantom), each as :class:`tasks.engine.compiled.CompiledModel` wraps
 it for ``--compile`` and as the eager module, with the same weights and each its own optimizer:
 
 1. **training step**: ``Task.loss`` on real training batches (translation: the first ``--batches``
    length buckets in turn, so every step has other lengths), backward, the task's optimizer step;
 2. **evaluation forward**: ``eval()`` and ``no_grad``, the task's evaluation batch (cifar 500 images, medseg
    32 slices); translation: the teacher-forced forward of a validation batch (its evaluation itself decodes,
-   which ``--compile`` leaves eager: see :mod:`tasks.compiled`).
+   which ``--compile`` leaves eager: see :mod:`tasks.engine.compiled`).
 
 ``compile s`` is the time of the first compiled calls (one per training batch) minus eager's: what a run
 pays before its first steps (training row: the training graphs, forward and backward; evaluation row: the
@@ -48,9 +48,9 @@ from bench_core import CLOCKS, bench_parser, check_load, relative_iqr, time_pair
 from torch import nn
 from torch._dynamo.utils import counters
 
-from tasks.compiled import CompiledModel, dynamic_shapes
-from tasks.distributed import DistInfo
-from tasks.task import Task
+from tasks.engine.compiled import CompiledModel, dynamic_shapes
+from tasks.engine.distributed import DistInfo
+from tasks.engine.task import Task
 
 Step = Callable[[], None]
 

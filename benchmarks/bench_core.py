@@ -33,8 +33,8 @@ call timed with ``time.perf_counter``; the table shows median ms and the ratio o
 PASS/MISS against the target. These are measurements, not tests: nothing is asserted, exit code 0.
 
 MFU (rows 1 and 2): the step's training FLOPs over its median time, as a share of this machine's float32
-matmul peak at the same thread count (:mod:`tasks.mfu`: a cached GEMM probe). The FLOPs follow the
-trainer's convention (:mod:`tasks.budget`: 3 × the forward FLOPs counted by ``zoo diff``'s counter), counted
+matmul peak at the same thread count (:mod:`tasks.engine.mfu`: a cached GEMM probe). The FLOPs follow the
+trainer's convention (:mod:`tasks.engine.budget`: 3 × the forward FLOPs counted by ``zoo diff``'s counter), counted
 on our module; the peer is credited with the same FLOPs, since it does the same arithmetic on the same
 weights (the eval max|diff| column shows it) and torch's fused attention fast path is invisible to the
 counter.
@@ -171,8 +171,8 @@ class _Forward(nn.Module):
 
 def step_flops(forward: Callable[[], Tensor], *modules: nn.Module) -> float:
     """Training FLOPs of a forward + backward of ``forward``, which runs ``modules`` (left in train mode)."""
-    from tasks.budget import BACKWARD_FACTOR
-    from zoo.delta import module_flops
+    from tasks.engine.budget import BACKWARD_FACTOR
+    from zoo.analysis.delta import module_flops
 
     wrapper = _Forward(forward, modules)
     try:
@@ -451,7 +451,7 @@ def print_preamble(warmup: int, rounds: int, peak: float) -> None:
         f"(os.cpu_count {os.cpu_count()}), float32 CPU, {warmup} warm-up + {rounds} rounds, medians"
     )
     print(f"MFU: training FLOPs (3 x forward, zoo diff's counter, ours; the peer credited the same) per median "
-          f"second / the fp32 matmul peak measured here, {peak / 1e9:.1f} GFLOP/s (tasks.mfu, cached)")
+          f"second / the fp32 matmul peak measured here, {peak / 1e9:.1f} GFLOP/s (tasks.engine.mfu, cached)")
     print(
         "stacks: peer = nn.Transformer with encoder.norm/decoder.norm = Identity (ours Post-LN has none);"
         " dropout 0.1 incl. attention weights"
@@ -462,7 +462,7 @@ def print_preamble(warmup: int, rounds: int, peak: float) -> None:
 
 def run_all(args: argparse.Namespace) -> list[Row]:
     """Run every benchmark, printing each row as soon as it is measured."""
-    from tasks.mfu import matmul_peak
+    from tasks.engine.mfu import matmul_peak
 
     rounds = args.rounds or (7 if args.quick else 15)
     warmup = 2 if args.quick else 3

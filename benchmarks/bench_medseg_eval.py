@@ -10,7 +10,7 @@ What is measured, on the default run's test set (the 12 phantom test cases of ``
   is known, distance transforms evaluated at the surface voxels only;
 * peer: ``case_scores`` once per convention (what ``case_record`` ran before): the whole computation twice.
 
-Rows (the numbers of the two paths are equal bit for bit: ``tests/test_medseg_eval_once.py``):
+Rows (the numbers of the two paths are equal bit for bit: ``tests/tasks/medseg/test_medseg_eval_once.py``):
 
 1. the whole evaluation, ``MedsegTask.evaluate(model, "test")`` (slice-wise prediction, zoom back, scores,
    voxel counts), with an untrained model of the default variant (MISSFormer ``cpu`` preset, seed 0); the peer
@@ -45,7 +45,7 @@ import torch
 from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, time_pair, timed_row
 
 import tasks.medseg.task as medseg_task
-from tasks.distributed import DistInfo
+from tasks.engine.distributed import DistInfo
 from tasks.medseg.data import Volume
 from tasks.medseg.metrics import CONVENTIONS, case_scores, case_scores_per_convention
 from tasks.medseg.task import MedsegConfig, MedsegTask

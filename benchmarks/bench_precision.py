@@ -11,7 +11,7 @@ batches. Three arms on the same model and optimizer:
 * ``fp32``: no autocast (``--precision fp32``);
 * ``autocast``: plain ``torch.autocast("cpu", torch.bfloat16)``, what bf16 on the CPU would be without
   this package's policy (weights cast at each use, layer norm, residual sums and embeddings in float32);
-* ``bf16``: ``--precision bf16`` (:mod:`tasks.precision`): a bfloat16 copy of the weights per forward,
+* ``bf16``: ``--precision bf16`` (:mod:`tasks.engine.precision`): a bfloat16 copy of the weights per forward,
   the activations bfloat16 from the embedding to the logits, the loss float32, master weights float32.
 
 Timing: two warm-up steps per arm, then R rounds in which the arms take turns (the order rotates each
@@ -43,8 +43,8 @@ import torch
 from bench_core import relative_iqr
 from torch import nn
 
-from tasks.distributed import DistInfo
-from tasks.precision import Precision, native_bf16
+from tasks.engine.distributed import DistInfo
+from tasks.engine.precision import Precision, native_bf16
 from tasks.translation.task import TranslationConfig, TranslationTask
 
 CPU = torch.device("cpu")

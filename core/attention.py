@@ -171,11 +171,11 @@ def register_kernel(name: str, kernel_class: type[AttentionKernel]) -> None:
     """Make an attention kernel available by name to every config with a ``kernel`` field (``kernel="name"``).
 
     Part of the public registration API, with :func:`zoo.registry.register` and :func:`core.ffn.register_ffn`:
-    variants (``zoo/linear``) and plugins (:mod:`tasks.plugins`) call it when their module is imported.
+    variants (``zoo/linear``) and plugins (:mod:`tasks.plugins.loader`) call it when their module is imported.
 
     Args:
         name: the name configs select it by; registering a name again replaces the earlier kernel (plugins
-            are refused that: ``tasks.plugins`` keeps the existing one and names the plugin file).
+            are refused that: ``tasks.plugins.loader`` keeps the existing one and names the plugin file).
         kernel_class: a subclass of :class:`AttentionKernel` following its ``forward`` contract (bool ``mask``,
             ``True`` = may attend, ``-inf`` before a softmax; ``bias`` added to the scores; ``is_causal``;
             returns ``(out, weights or None)``), or of :class:`RecurrentKernel` to decode as an RNN.

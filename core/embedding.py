@@ -18,7 +18,7 @@ def check_token_ids(name: str, ids: object, vocab_size: int) -> Tensor:
         raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
     # The range check reads the ids' values (a host sync). Under torch.compile that would split the graph at
     # every call, so it is left to the compiled embedding's own bounds check there (inductor asserts indirect
-    # indices); tasks.compiled.CompiledModel's first call also runs the model, and this check, eagerly.
+    # indices); tasks.engine.compiled.CompiledModel's first call also runs the model, and this check, eagerly.
     if torch.compiler.is_compiling():
         return ids
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):

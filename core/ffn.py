@@ -66,12 +66,12 @@ def register_ffn(name: str, factory: FFNFactory) -> None:
     """Make an FFN type available by name to every config with an ``ffn`` field (``ffn="name"``).
 
     Part of the public registration API, with :func:`zoo.registry.register` and
-    :func:`core.attention.register_kernel`: variants (``zoo/moe``) and plugins (:mod:`tasks.plugins`) call it
+    :func:`core.attention.register_kernel`: variants (``zoo/moe``) and plugins (:mod:`tasks.plugins.loader`) call it
     when their module is imported.
 
     Args:
         name: the name configs select it by; registering a name again replaces the earlier type (plugins
-            are refused that: ``tasks.plugins`` keeps the existing one and names the plugin file).
+            are refused that: ``tasks.plugins.loader`` keeps the existing one and names the plugin file).
         factory: ``factory(d_model, d_ff, activation, dropout, layer, **options)`` returns the module for the
             ``layer``-th layer of a stack (counted from 0 in each stack), so a type can differ by depth (e.g.
             a mixture of experts in every other layer); ``options`` are the config's ``ffn_options``. The

@@ -4,7 +4,7 @@ import sys
 
 import torch
 
-from tasks.trainer import Trainer
+from tasks.engine.trainer import Trainer
 from tests.toy_task import ToyConfig, ToyTask
 
 if __name__ == "__main__":

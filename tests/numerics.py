@@ -20,7 +20,7 @@ from torch.testing import assert_close
 FP64 = {"rtol": 1e-10, "atol": 1e-10}
 
 # A float64 path through core.attention.reference_attention: its softmax runs in float32 whatever the
-# input dtype (reported in issue 12; tests/test_attention.py::test_reference_kernel_keeps_float64 pins it),
+# input dtype (reported in issue 12; tests/core/test_attention.py::test_reference_kernel_keeps_float64 pins it),
 # so the attention weights carry float32 rounding, ~1e-7 of the output per layer (MISSFormer tiny: 7.4e-7
 # at outputs of 3.2). Replace by FP64 once that softmax keeps float64.
 REFERENCE_FP64 = {"rtol": 1e-5, "atol": 1e-5}

@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
-import tasks.plugins
+import tasks.plugins.loader
 import zoo.registry
 from core.attention import KERNELS
 from core.ffn import FFN_TYPES
@@ -39,7 +39,7 @@ def isolated_registry() -> Iterator[None]:
     """Restore the registry, kernels, FFN types, ``sys.path`` and the plugin modules on exit."""
     variants = {name: list(regs) for name, regs in zoo.registry._REGISTRY.items()}
     kernels, ffns = dict(KERNELS), dict(FFN_TYPES)
-    path, modules, called = list(sys.path), set(sys.modules), set(tasks.plugins._CALLED)
+    path, modules, called = list(sys.path), set(sys.modules), set(tasks.plugins.loader._CALLED)
     try:
         yield
     finally:
@@ -53,8 +53,8 @@ def isolated_registry() -> Iterator[None]:
         for name in set(sys.modules) - modules:
             if _is_plugin(sys.modules[name]):
                 del sys.modules[name]
-        tasks.plugins._CALLED.clear()
-        tasks.plugins._CALLED.update(called)
+        tasks.plugins.loader._CALLED.clear()
+        tasks.plugins.loader._CALLED.update(called)
         importlib.invalidate_caches()
 
 

@@ -103,7 +103,7 @@ from zoo import classic
 from . import feature_maps
 from ..registry import register
 if TYPE_CHECKING:
-    from tasks.config import TrainConfig
+    from tasks.engine.config import TrainConfig
 try:
     from core.position import RoPE
 except ImportError:
@@ -119,7 +119,7 @@ def test_the_import_reader_sees_module_level_imports_only():
     assert top_level_imports("zoo.linear.kernel", SOURCE) == {
         "core.masks", "zoo.classic", "zoo.linear.feature_maps", "zoo.registry", "core.position"}
     assert all_imports("zoo.linear.kernel", SOURCE) - top_level_imports("zoo.linear.kernel", SOURCE) == {
-        "core.ffn", "tasks.config"}
+        "core.ffn", "tasks.engine.config"}
 
 
 def test_no_import_cycle_among_project_modules():

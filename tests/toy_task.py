@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tasks.config import TrainConfig
-from tasks.task import Task
+from tasks.engine.config import TrainConfig
+from tasks.engine.task import Task
 
 
 @dataclass

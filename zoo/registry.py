@@ -60,7 +60,7 @@ class Change:
             context bridge, which the ``stacking`` part owns, has the efficient attention too).
 
     ``parts`` is the change's own part, then those of ``resizes`` and ``also_in``: every part whose
-    parameters reverting this change alone may alter (``tests/test_delta_attribution.py`` checks it).
+    parameters reverting this change alone may alter (``tests/zoo/analysis/test_delta_attribution.py`` checks it).
     """
 
     part: str
@@ -108,7 +108,7 @@ class Variant:
     ``changes`` are its independent changes (see :class:`Change`), in the order the story tells them;
     :meth:`attribution_order` is the order the delta analysis applies them in. ``builds_on`` names the
     registered variant it patches (for each of its tasks): the model whose presets are the reference sizes
-    of its classic counterpart (:mod:`zoo.counterpart`). ``None``: the earliest registration of another name
+    of its classic counterpart (:mod:`zoo.analysis.counterpart`). ``None``: the earliest registration of another name
     for the task whose config class is (a base of) this one's, else none (the variant is a root whose
     config class holds its own classic choices, as ViT's does).
     """
@@ -228,7 +228,7 @@ def register(variant: Variant) -> Variant:
     ``zoo diff``, ``zoo check``, ``zoo train TASK --variant NAME``, ``zoo compare``. Variants call it when their
     module is imported, as ``zoo/vit/__init__.py`` does; a plugin does the same from a package that
     ``--user-dir``, ``ZOO_USER_DIR`` or an entry point of ``transformer_zoo.variants`` imports
-    (:mod:`tasks.plugins`; ``zoo new-variant`` writes one)::
+    (:mod:`tasks.plugins.loader`; ``zoo new-variant`` writes one)::
 
         VARIANT = register(Variant(
             name="swiglu", paper=Paper("GLU Variants Improve Transformer", 2020, "https://arxiv.org/abs/2002.05202"),
@@ -240,9 +240,10 @@ def register(variant: Variant) -> Variant:
     What a registration promises, and ``zoo check`` measures: ``build(config)`` returns a module whose parts are
     tagged (``zoo_part``, :mod:`core.parts`); ``changes`` declare every part where it differs from its classic
     counterpart (the model it ``builds_on`` at the same preset, with every ``revert`` applied: see
-    :mod:`zoo.counterpart`), every config field where it differs is restored by a revert, and each revert brings
+    :mod:`zoo.analysis.counterpart`), every config field where it differs is restored by a revert, and each revert
+    brings
     the classic modules of its part back; ``example_input(config, shape)`` gives inputs of a task's size
-    (``zoo.delta.TASK_SHAPES``).
+    (``zoo.analysis.delta.TASK_SHAPES``).
 
     Args:
         variant: the variant; one name may be registered once per set of tasks (the same patch on the
@@ -266,7 +267,7 @@ def register(variant: Variant) -> Variant:
 
 def declared_base(variant: Variant, task: str) -> Variant | None:
     """The registration for ``task`` of the variant that ``variant`` declares it ``builds_on`` (``None`` when it
-    declares none; :func:`zoo.counterpart.base_of` then looks for one).
+    declares none; :func:`zoo.analysis.counterpart.base_of` then looks for one).
 
     Raises:
         ValueError: ``builds_on`` is not registered, or not for ``task``.

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.check import check_variant, render
-from tasks.plugins import load_user_dir
+from tasks.plugins.check import check_variant, render
+from tasks.plugins.loader import load_user_dir
 
 
 @pytest.mark.parametrize("preset", ["tiny"])  # add presets here; zoo check runs every one

@@ -4,7 +4,7 @@ A variant that distills (DeiT) declares its loss through :class:`core.sidechanne
 head learns the label and which the teacher. :func:`objective_loss` computes those terms; without such a
 declaration it is the plain cross-entropy of the model's output, as for every other variant.
 
-The teacher is any finished cifar run (``--teacher RUN``, loaded with :func:`tasks.run.load_run`), typically the
+The teacher is any finished cifar run (``--teacher RUN``, loaded with :func:`tasks.runs.run.load_run`), typically the
 CNN reference. It sees the student's augmented (and mixed) images through *its own* normalisation, the one it
 was trained with, and its arg-max is the hard target (Touvron et al. 2021, §5.2: hard distillation).
 """
@@ -39,7 +39,7 @@ class Teacher:
     """
 
     def __init__(self, path: str | Path, device: torch.device, class_names: list[str], in_channels: int) -> None:
-        from tasks.run import load_run, read_run_info
+        from tasks.runs.run import load_run, read_run_info
 
         where = f"--teacher {path}"
         try:

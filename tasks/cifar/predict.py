@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from tasks.cifar.datasets import IMAGE_SIZE, pad_to
 from tasks.cifar.report import attention_heatmaps, plot_attention
-from tasks.run import Run
+from tasks.runs.run import Run
 
 DEFAULT_OUT = "predictions.csv"
 HIGH_DEPTH_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")  # PIL's convert("L") clips these at 255
@@ -99,7 +99,7 @@ def predict(run: Run, inputs: list[str], out: str | None = None, progress: bool 
     """Classify the images ``inputs`` names and write the CSV ``out`` (default ``predictions.csv``).
 
     Args:
-        run: a loaded cifar run (:func:`tasks.run.load_run`).
+        run: a loaded cifar run (:func:`tasks.runs.run.load_run`).
         inputs: image files or folders of them.
         out: the CSV to write.
         progress: show a progress bar when there is more than one batch.

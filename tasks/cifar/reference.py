@@ -59,7 +59,7 @@ def resnet18_small(in_channels: int, num_classes: int, width: int = RESNET18_WID
 
 def training_flops(model: nn.Module, images: torch.Tensor) -> int:
     """FLOPs of one training step's forward and backward on ``images`` (torch.utils.flop_counter, FLOPs =
-    2·MACs of matmuls and convolutions, attention through the math backend, as in :mod:`zoo.delta`).
+    2·MACs of matmuls and convolutions, attention through the math backend, as in :mod:`zoo.analysis.delta`).
 
     Shape:
         images (B, C, H, W) float: the count is for the whole batch.

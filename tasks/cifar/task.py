@@ -60,11 +60,11 @@ from tasks.cifar.datasets import DATASETS, IMAGE_SIZE, channel_stats, load_image
 from tasks.cifar.distill import Teacher, needs_teacher, objective_loss
 from tasks.cifar.reference import REFERENCE_MODELS
 from tasks.cifar.report import attention_heatmaps, class_scores, most_confused, plot_attention, plot_confusion
-from tasks.config import TrainConfig
-from tasks.distributed import shard
-from tasks.records import split_hash, write_records
-from tasks.report import markdown_table
-from tasks.task import Task
+from tasks.engine.config import TrainConfig
+from tasks.engine.distributed import shard
+from tasks.engine.task import Task
+from tasks.runs.records import split_hash, write_records
+from tasks.runs.report import markdown_table
 
 SPLIT_SEED = 0  # the held-out validation images do not move with --seed, so seeds are compared on one split
 # what run.json's preprocessing holds (see CifarTask.preprocessing); "source" is informative only
@@ -131,7 +131,7 @@ class CifarConfig(TrainConfig):
         """Also refuse a ``--teacher`` that is not a finished cifar run, before any data loads."""
         super().check_paths()
         if self.teacher is not None:
-            from tasks.run import read_run_info
+            from tasks.runs.run import read_run_info
 
             try:
                 info = read_run_info(self.teacher)

@@ -1,4 +1,4 @@
-"""A batch of a task's own data for the doctor (:class:`zoo.doctor.Batch`), after ``task.setup()``.
+"""A batch of a task's own data for the doctor (:class:`zoo.analysis.doctor.Batch`), after ``task.setup()``.
 
 * translation: the first ``n`` pairs of a split, encoded with the task's tokenizer (sources cut at the run's
   ``max_len`` as training cut them, EOS appended; targets BOS … EOS), right-padded;
@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from tasks.task import Task
+from tasks.engine.task import Task
 from tasks.translation.task import pad_batch
-from zoo.doctor import Batch, seq2seq_batch
+from zoo.analysis.doctor import Batch, seq2seq_batch
 
 SUPPORTED = ("translation", "cifar")
 
@@ -22,7 +22,7 @@ SUPPORTED = ("translation", "cifar")
 def _check(task: Task, split: str, available: list[str]) -> None:
     if task.name not in SUPPORTED:
         raise ValueError(f"zoo doctor examines {', '.join(SUPPORTED)} models; {task.name} is not supported yet "
-                         "(use zoo.doctor.examine(model, (images, labels), task=...) from Python)")
+                         "(use zoo.analysis.doctor.examine(model, (images, labels), task=...) from Python)")
     if split not in available:
         raise ValueError(f"the {task.name} data has no {split!r} split (it has: {', '.join(available)})")
 

@@ -65,11 +65,12 @@ def scale_qk(model: nn.Module, factor: float = QK_FACTOR) -> nn.Module:
 
 def zero_decoder_positions(model: nn.Module) -> nn.Module:
     """The decoder's position signal set to zero (the encoder keeps its own): ``decode`` runs under
-    :func:`zoo.doctor.position.decoder_without_positions`. Needs an encoder–decoder with a ``position`` scheme."""
+    :func:`zoo.analysis.doctor.position.decoder_without_positions`. Needs an encoder–decoder with a ``position``
+    scheme."""
     if not (hasattr(model, "decode") and isinstance(getattr(model, "position", None), PositionalScheme)):
         raise ValueError("zero-decoder-positions needs an encoder-decoder model with a positional scheme "
                          f"(model.position), got {type(model).__name__}")
-    from zoo.doctor.position import decoder_without_positions
+    from zoo.analysis.doctor.position import decoder_without_positions
 
     decode = model.decode
 

@@ -1,7 +1,7 @@
 """The doctor on the task layer: examine a finished run (:func:`doctor_run`) or a variant at initialisation
 (:func:`doctor_variant`) on a batch of the task's own data; ``zoo doctor`` calls these.
 
-A run is loaded with :func:`tasks.run.load_run`, its data read by ``run.task.setup()``; its ``metrics.jsonl``
+A run is loaded with :func:`tasks.runs.run.load_run`, its data read by ``run.task.setup()``; its ``metrics.jsonl``
 (and ``doctor/steps.jsonl``, written by ``zoo train --doctor``) feed the training-curve check, and a batch of its
 training data the validation/training gap.
 """
@@ -16,11 +16,11 @@ import torch
 
 import zoo
 from core.errors import check_positive
-from tasks.distributed import DistInfo, select_device
 from tasks.doctor.data import task_batch, unigram_plateau
 from tasks.doctor.mistakes import Mistake, get_mistake
-from tasks.registry import task_class
-from zoo.doctor import Diagnosis, examine
+from tasks.engine.distributed import DistInfo, select_device
+from tasks.engine.registry import task_class
+from zoo.analysis.doctor import Diagnosis, examine
 
 STEPS_FILE = "steps.jsonl"  # under RUN/doctor/: the per-step log of `zoo train --doctor`
 
@@ -47,7 +47,7 @@ def eval_split(task) -> str:
 def doctor_run(path: str | Path, checkpoint: str = "best", device: str = "cpu", batch_size: int = 64,
                mistake: str | None = None) -> Diagnosis:
     """Examine the trained model of the run folder ``path`` (see the module docstring)."""
-    from tasks.run import load_run
+    from tasks.runs.run import load_run
 
     check_positive("batch_size", batch_size)
     harm = get_mistake(mistake) if mistake else None

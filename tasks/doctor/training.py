@@ -16,9 +16,9 @@ from typing import Any
 
 from tasks.doctor.data import SUPPORTED, task_batch, unigram_plateau
 from tasks.doctor.runs import STEPS_FILE, eval_split, read_jsonl
-from tasks.report import markdown_table
-from zoo.doctor import Diagnosis, Finding, curve_checks, examine
-from zoo.doctor.examine import is_post_ln
+from tasks.runs.report import markdown_table
+from zoo.analysis.doctor import Diagnosis, Finding, curve_checks, examine
+from zoo.analysis.doctor.examine import is_post_ln
 
 log = logging.getLogger(__name__)
 

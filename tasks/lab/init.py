@@ -23,7 +23,7 @@ from core.multihead import MultiHeadAttention
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.scale import ProbedRun, probe_batch, train_probed
 from tasks.lab.toolkit import bleu, figure, noam, save, small_transformer, smooth, translation_data
-from tasks.report import markdown_table
+from tasks.runs.report import markdown_table
 
 HEADS = 2
 MISTAKE = "std 1.0"

@@ -19,7 +19,7 @@ translation model whose every other FFN is the package's :class:`~zoo.moe.MoEFFN
    all B·N·k assignments of the batch together, every first choice before any second choice (GShard's
    priority): a token's second choice then loses its slot to the first choices of *later* tokens, and under
    teacher forcing the decoder's outputs at a position depend on the target tokens after it. Measured with the
-   perturbation probe of :mod:`zoo.probes` (change every target token after position t; how far do the logits
+   perturbation probe of :mod:`zoo.analysis.probes` (change every target token after position t; how far do the logits
    at positions <= t move?) on the same trained weights, in training mode, with each policy.
 
 The old policy is a lab switch (:func:`use_batch_ranking` on a built model), never an option of ``zoo.moe``.
@@ -47,10 +47,10 @@ from tasks.lab.toolkit import (
     small_transformer,
     translation_data,
 )
-from tasks.report import markdown_table
+from tasks.runs.report import markdown_table
+from zoo.analysis.probes import causal_leak
 from zoo.moe import MoEFFN, auxiliary_loss, moe_layers, routing_stats
 from zoo.moe.dispatch import Dispatch, plan_dispatch
-from zoo.probes import causal_leak
 
 EXPERTS = 8
 FACTORS = (0.5, 1.0, 1.25, 2.0)  # capacity factors of the sweep; 1.25 is the package default (Switch: 1.0-1.25)
@@ -396,7 +396,8 @@ def _body(f: dict) -> str:
         "the loss with capacity on is what the training batches saw. Top-1 runs one expert per token: half the "
         "expert FLOPs of top-2, and its capacity ⌈factor · N / E⌉ per sequence is half as large.",
         "## 4. Who competes for a slot",
-        "The leak is `zoo.probes.causal_leak` on the held-out batch, the trained weights in training mode: every "
+        "The leak is `zoo.analysis.probes.causal_leak` on the held-out batch, the trained weights in training mode: "
+        "every "
         "target token after position t is replaced, and the largest change of the logits at positions <= t is "
         "taken over every t. *Batch-ranked*: one queue per expert for the whole batch, every first choice before "
         "any second choice (`batch_ranked_dispatch`, a lab switch); *per sequence*: the package's capacity, "

@@ -46,7 +46,7 @@ from tasks.lab.toolkit import (
     train,
     translation_data,
 )
-from tasks.report import markdown_table
+from tasks.runs.report import markdown_table
 from tasks.translation.corpus import source_words
 from tasks.translation.metrics import translation_metrics
 

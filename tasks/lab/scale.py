@@ -41,7 +41,7 @@ from tasks.lab.toolkit import (
     train,
     translation_data,
 )
-from tasks.report import markdown_table
+from tasks.runs.report import markdown_table
 
 D_KS = (8, 16, 32, 64, 128, 256)  # head widths of the variance law and of the sweep at initialisation
 HEADS = 2  # few, wide heads: d_k = d_model / 2 is large enough for the effect to show in a small model

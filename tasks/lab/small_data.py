@@ -39,7 +39,7 @@ from tasks.cifar.reference import matched_width, resnet18_small, training_flops
 from tasks.cifar.task import warmup_cosine
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import figure, save
-from tasks.report import markdown_table
+from tasks.runs.report import markdown_table
 
 FRACTIONS = (0.1, 0.3, 1.0)
 LESSON_VIT = dict(d_model=64, depth=2, heads=2, patch_size=4, mlp_ratio=2.0)  # ~32 MFLOPs per training image

@@ -9,7 +9,7 @@ the tokens brought round from the far edge apart). The lesson measures the claim
 (a) **cost**: one multi-head attention layer of width 64 with the core global kernel vs Swin's
     :class:`~zoo.swin.attention.WindowAttention` (8×8 windows, shifted, relative bias) on maps of 8² to 96²
     patches (more sizes in between in the full run): forward FLOPs by the package's counter
-    (:func:`zoo.delta.module_flops`, FLOPs = 2·MACs), kernel alone and whole layer, and wall time (median of
+    (:func:`zoo.analysis.delta.module_flops`, FLOPs = 2·MACs), kernel alone and whole layer, and wall time (median of
     interleaved rounds), with the fitted exponent of N;
 (b) **receptive field**: on a 16×16 patch grid with 4×4 windows, which input patches can move one output token
     after 1, 2 and 4 blocks, with and without the shift: the gradient of that token's norm with respect to the
@@ -39,13 +39,13 @@ from core.attention import ScaledDotProductAttention
 from core.errors import check_positive
 from core.multihead import MultiHeadAttention
 from tasks.cifar.datasets import channel_stats
+from tasks.compare.stats import mcnemar_exact
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.scale import log_slope
 from tasks.lab.small_data import Images, Normalize, load, train
 from tasks.lab.toolkit import figure, save, smooth
-from tasks.report import markdown_table
-from tasks.stats import mcnemar_exact
-from zoo.delta import FLOP_CONVENTION, module_flops
+from tasks.runs.report import markdown_table
+from zoo.analysis.delta import FLOP_CONVENTION, module_flops
 from zoo.swin.attention import WindowAttention
 from zoo.swin.relative_position import RelativePositionBias
 from zoo.swin.windows import shifted_window_mask

@@ -1,6 +1,6 @@
 """Cross-validation of the medseg task: ``zoo cv medseg --data DIR --folds 5 [train options]``.
 
-Every fold ``k`` is an ordinary training run in ``OUT/fold_k`` (the shared :class:`~tasks.trainer.Trainer`:
+Every fold ``k`` is an ordinary training run in ``OUT/fold_k`` (the shared :class:`~tasks.engine.trainer.Trainer`:
 checkpoints, report, run.json, per-case records), trained on the other folds' cases and validated on fold ``k``'s.
 The folds are nnU-Net's (sorted case names, KFold seed 12345) unless a ``splits_final.json`` in the data folder, in
 ``OUT`` or given by ``--splits`` says otherwise; ``OUT/splits_final.json`` holds the folds used, and every fold run
@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from tasks.config import check_folder, config_differences
+from tasks.engine.config import check_folder, config_differences
 from tasks.medseg.data import load_medseg
 from tasks.medseg.folds import SPLITS_FILE, resolve_folds, write_splits
 from tasks.medseg.metrics import CONVENTIONS
 from tasks.medseg.nnunet_eval import aggregate, summary_lines, write_summary_json
 from tasks.medseg.task import MedsegConfig, MedsegTask, nifti_options
-from tasks.report import markdown_table
+from tasks.runs.report import markdown_table
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def cv_out_dir(config: MedsegConfig) -> Path:
 def cross_validate(config: MedsegConfig) -> tuple[dict[str, Any], list[str]]:
     """Train (or reuse) every fold asked for (``config.fold``: all when None or ``"all"``); returns (the cv.json
     dict, summary lines to print)."""
-    from tasks.trainer import Trainer
+    from tasks.engine.trainer import Trainer
 
     out = cv_out_dir(config)
     check_folder("--out", out, "a new folder, or the folder of an earlier `zoo cv`")

@@ -236,7 +236,7 @@ def case_scores_per_convention(pred: np.ndarray, gt: np.ndarray, num_classes: in
     volume instead of a full-volume comparison per organ); the distances in voxels (the papers') are computed
     once, and the millimetre ones once more only where the spacing is known and not 1 per axis (otherwise
     they are the same numbers); and each distance transform is evaluated at the surface voxels only.
-    ``tests/test_medseg_eval_once.py`` checks the results equal :func:`case_scores`' exactly.
+    ``tests/tasks/medseg/test_medseg_eval_once.py`` checks the results equal :func:`case_scores`' exactly.
 
     Returns:
         ``{convention: {organ k: (Dice, HD95)}}`` for every convention in :data:`CONVENTIONS`.

@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 
 from tasks.medseg.data import Volume
 from tasks.medseg.nifti_layout import NIFTI_ENDINGS, CaseFiles, nifti_stem
-from tasks.records import split_hash, write_records
-from tasks.run import Run
+from tasks.runs.records import split_hash, write_records
+from tasks.runs.run import Run
 
 SPLIT = "predict"
 _CHANNEL_FILE = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")

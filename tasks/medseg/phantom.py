@@ -52,7 +52,7 @@ import numpy as np
 from scipy import ndimage
 
 from core.atomic import temporary_folder
-from tasks.config import cache_root
+from tasks.engine.config import cache_root
 from tasks.medseg.synapse import SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 
 log = logging.getLogger(__name__)

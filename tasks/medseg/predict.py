@@ -39,8 +39,8 @@ from tasks.medseg.volumes_io import (
     volume_format,
     write_label,
 )
-from tasks.records import split_hash, write_records
-from tasks.run import Run
+from tasks.runs.records import split_hash, write_records
+from tasks.runs.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
     one-line summary (with the mean Dice when ``labels`` are given).
 
     Args:
-        run: a medseg run from :func:`tasks.run.load_run`.
+        run: a medseg run from :func:`tasks.runs.run.load_run`.
         inputs: volume files or folders of them; outputs follow their order.
         out: the output folder.
         progress: a progress bar over the volumes.

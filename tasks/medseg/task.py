@@ -35,7 +35,7 @@ Each final evaluation (training's, ``zoo evaluate``) writes ``predictions/<split
     {"case": "case0001", "papers": {"aorta": {"dice": 0.91, "hd95": 2.2}, ...}, "mm": {...same organs...},
      "voxels": {"aorta": {"pred": 1520, "ref": 1498}, ...}, "spacing": [3.0, 0.78, 0.78] or null}
 
-with a hash of the split's case names, images and labels (see :mod:`tasks.records`); on NIfTI data they are scored
+with a hash of the split's case names, images and labels (see :mod:`tasks.runs.records`); on NIfTI data they are scored
 on the canonical (resampled) grid, summary.json on the original one. A run's model is used on new volumes by
 :mod:`tasks.medseg.predict`. Synapse and ACDC intensities are used as the files store them (Synapse: [0, 1]); NIfTI
 intensities go through the modality rules recorded in run.json, which prediction repeats.
@@ -56,15 +56,15 @@ import torch
 from torch import Tensor, nn
 
 from core.errors import check_int, check_number, check_positive, unknown_name
-from tasks.config import TrainConfig
-from tasks.distributed import DistInfo, shard
+from tasks.engine.config import TrainConfig
+from tasks.engine.distributed import DistInfo, shard
+from tasks.engine.task import Task
 from tasks.medseg.data import ALL_DATASETS, SegData, Volume, load_medseg
 from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
 from tasks.medseg.nifti_scoring import OriginalGeometryScores
 from tasks.medseg.reference import REFERENCE_MODELS
-from tasks.records import split_hash, write_records
-from tasks.report import markdown_table
-from tasks.task import Task
+from tasks.runs.records import split_hash, write_records
+from tasks.runs.report import markdown_table
 
 log = logging.getLogger(__name__)
 
@@ -649,7 +649,7 @@ class MedsegTask(Task):
 
             write_splits(Path(out_dir) / SPLITS_FILE, self.folds)
 
-    # --- using a finished run (see tasks.run) --------------------------------------------------------
+    # --- using a finished run (see tasks.runs.run) --------------------------------------------------------
     def preprocessing(self) -> dict[str, Any]:
         """What turns a volume into the model's input and its output back into labels (run.json)."""
         pre = {"dataset": self.dataset_name, "class_names": list(self.class_names), "num_classes": self.num_classes,

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from core.errors import check_positive
-from tasks.run import Run
+from tasks.runs.run import Run
 
 STDIN = "-"
 

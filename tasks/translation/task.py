@@ -5,7 +5,7 @@ held-out split of sentences longer than any seen in training. Real data: ``--dat
 :func:`tasks.translation.data.load_parallel` reads.
 
 A finished run keeps its tokenizer (``tokenizer.json``) and decoding settings in run.json; a restored runner
-(:func:`tasks.run.load_run`) encodes any data with that tokenizer instead of training a new one.
+(:func:`tasks.runs.run.load_run`) encodes any data with that tokenizer instead of training a new one.
 
 Training follows the paper: length-bucketed batches, label smoothing 0.1 ignoring pads, Adam
 (β 0.9/0.98, ε 1e-9) with the Noam schedule (``--lr`` is its peak), teacher forcing with the target
@@ -29,11 +29,11 @@ import zoo
 from core.decoding import beam_search, greedy_decode, sample_decode, strip_special
 from core.errors import check_int, check_number, check_positive, check_probability, unknown_name
 from core.schedule import NoamLR
-from tasks.config import TrainConfig
-from tasks.distributed import shard
-from tasks.records import split_hash, write_records
-from tasks.report import markdown_table
-from tasks.task import Task
+from tasks.engine.config import TrainConfig
+from tasks.engine.distributed import shard
+from tasks.engine.task import Task
+from tasks.runs.records import split_hash, write_records
+from tasks.runs.report import markdown_table
 from tasks.translation.corpus import DIFFICULTIES
 from tasks.translation.metrics import bleu_by_length, sentence_scores, translation_metrics
 from tasks.translation.tokenizer import KINDS, SPECIALS, Tokenizer

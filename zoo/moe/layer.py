@@ -91,7 +91,7 @@ class MoEFFN(nn.Module):
 
     zoo_part = "ffn"
     takes_token_mask = True  # the core.ffn protocol: the layers pass which tokens are padding
-    probe_blocks = (BLOCK,)  # zoo.probes: probe past a block of expert rows
+    probe_blocks = (BLOCK,)  # zoo.analysis.probes: probe past a block of expert rows
 
     def __init__(
         self,

@@ -1,0 +1,206 @@
+"""The ``zoo`` command: the front door to the package.
+
+Subcommands are added by each capability; run ``zoo --help`` to see them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import typing
+from collections.abc import Sequence
+
+
+def variant_rows(task: str | None = None) -> list[dict]:
+    """One row per registered variant: paper, parts changed, tasks, parameters per preset."""
+    import torch
+
+    import zoo
+
+    rows = []
+    from zoo.registry import registrations
+
+    for variant in [v for n in zoo.list_variants(task) for v in registrations(n)]:  # a name may serve several tasks
+        if task is not None and task not in variant.tasks:
+            continue
+        name = variant.name
+        params = {}
+        for preset in variant.presets:
+            with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+                model = variant.build(variant.config(preset))
+            params[preset] = sum(p.numel() for p in model.parameters())
+        rows.append({
+            "name": name,
+            "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
+            "parts_changed": list(variant.parts_changed),
+            "tasks": list(variant.tasks),
+            "parameters": params,
+            "summary": variant.summary,
+        })
+    return rows
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
+
+
+def variants_markdown(rows: list[dict]) -> str:
+    lines = ["| variant | paper | parts changed | tasks | parameters per preset |", "|---|---|---|---|---|"]
+    for r in rows:
+        paper = f"[{r['paper']['title']}]({r['paper']['url']}) ({r['paper']['year']})"
+        params = ", ".join(f"{k} {_millions(v)}" for k, v in r["parameters"].items())
+        lines.append(f"| `{r['name']}` | {paper} | {', '.join(r['parts_changed']) or '(the base)'} "
+                     f"| {', '.join(r['tasks'])} | {params} |")
+    return "\n".join(lines)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    rows = variant_rows(args.task)
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+    elif args.format == "md":
+        print(variants_markdown(rows))
+    else:
+        print(f"{'variant':<14} {'parts changed':<22} {'tasks':<24} {'parameters per preset':<48} paper")
+        for r in rows:
+            parts = ", ".join(r["parts_changed"]) or "(the base)"
+            params = ", ".join(f"{k} {_millions(v)}" for k, v in r["parameters"].items())
+            paper = f"{r['paper']['title']} ({r['paper']['year']})"
+            print(f"{r['name']:<14} {parts:<22} {', '.join(r['tasks']):<24} {params:<48} {paper}")
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from zoo.analysis.delta import measure
+    from zoo.analysis.report import render_markdown
+
+    report = measure(args.variant, args.task, args.preset)
+    print(json.dumps(report, indent=2) if args.format == "json" else render_markdown(report))
+    return 0
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    import torch
+
+    import zoo
+    from core.accounting import article_estimate, classic_parameters
+    from core.parts import parameters_by_part
+
+    variant = zoo.get_variant(args.variant)
+    preset = args.preset or variant.default_preset
+    config = variant.config(preset)
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        model = variant.build(config)
+    measured = parameters_by_part(model)
+    total = sum(measured.values())
+    print(f"{args.variant} ({preset}): {total:,} parameters")
+    print(f"{'part':<12} {'parameters':>14} {'share':>8}")
+    for part, count in measured.items():
+        if count:
+            print(f"{part:<12} {count:>14,} {count / total:>8.1%}")
+    if variant.config_class.__name__ == "TransformerConfig":
+        formula = classic_parameters(config)
+        status = "matches" if formula == measured else "DIFFERS FROM"
+        print(f"\nhand-derived formula {status} the built model ({sum(formula.values()):,})")
+        est = article_estimate(config)
+        print(
+            f"article-style estimate: {est['article_per_layer']:,} per layer x "
+            f"{config.encoder_layers + config.decoder_layers} layers = {est['article_total']:,}; "
+            f"exact layers {est['exact_layers']:,} (decoder cross-attention alone: "
+            f"{est['missed_cross_attention']:,}), plus embeddings {est['exact_embeddings_and_head']:,}"
+        )
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (the usage of ``zoo train TASK`` alone is a screenful)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+# Errors that mean bad input (a value, a path) rather than a bug: one line, exit status 2, no traceback.
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, FileExistsError, PermissionError,
+               ConnectionError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="zoo",
+        description="The Transformer variant zoo: the classic Transformer and its variants as measured patches.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list the registered variants")
+    p.add_argument("--task", default=None, help="only variants that run on this task")
+    p.add_argument("--format", choices=("table", "json", "md"), default="table",
+                   help="table (default), json, or md (the README's table)")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("diff", help="what a variant changed, measured against the classic model")
+    p.add_argument("variant", help="a registered variant (see zoo list)")
+    p.add_argument("--task", default=None, help="task whose input size is measured (default: the variant's first)")
+    p.add_argument("--preset", default=None, help="preset (default: the task's)")
+    p.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
+    p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser("params", help="exact parameter count per part of a variant")
+    p.add_argument("variant", nargs="?", default="classic", help="a registered variant (default: classic)")
+    p.add_argument("--preset", default=None, help="preset (default: the variant's own, e.g. classic: small)")
+    p.set_defaults(func=_cmd_params)
+
+    import tasks.cli.train as commands
+
+    commands.add_task_commands(sub)
+    from tasks.cli.runs import add_run_commands
+
+    add_run_commands(sub)
+    from tasks.cli.cv import add_cv_command
+
+    add_cv_command(sub)
+    from tasks.cli.lab import add_lab_command
+
+    add_lab_command(sub)
+    from tasks.cli.doctor import add_doctor_command
+
+    add_doctor_command(sub)
+    from tasks.cli.check import add_check_command
+    from tasks.plugins.scaffold import add_scaffold_command
+
+    add_check_command(sub)
+    add_scaffold_command(sub)
+    from tasks.plugins.loader import add_user_dir_flag
+
+    add_user_dir_flag(parser, dest="user_dir_global")  # on every command, before or after its name
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, or a flag argparse refused (already reported on one line)
+        return stop.code
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        from tasks.plugins.loader import load_plugins, user_dirs_of
+
+        load_plugins(user_dirs_of(args))  # before any variant name is resolved
+        return args.func(args)
+    except BrokenPipeError:  # the reader went away (`zoo list | head`): stop quietly, as the docs of signal advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except USER_ERRORS as error:
+        print(f"zoo {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Subcommands that use a finished run: ``zoo evaluate``, ``zoo predict``, ``zoo export``.
+
+``zoo predict`` hands over to the run's task (``tasks.<task>.predict.predict``), which reads the inputs,
+converts them exactly as the training data was, and writes the outputs; the options that only one task
+understands are refused for the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+# --option -> the tasks that take it (besides the shared --out, --device, --checkpoint, --batch-size)
+PREDICT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "beam_size": ("translation",),
+    "temperature": ("translation",),
+    "top_k": ("translation",),
+    "top_p": ("translation",),
+    "attention": ("cifar",),
+    "labels": ("medseg",),
+}
+
+
+def _load(args: argparse.Namespace):
+    """The run of ``args``, with torch on the CPU threads it was trained with (as ``zoo train`` sets them)."""
+    import torch
+
+    from tasks.runs.run import load_run
+
+    run = load_run(args.run, args.checkpoint, args.device, args.task)
+    if run.config.num_threads:
+        torch.set_num_threads(run.config.num_threads)
+    return run
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from tasks.runs.evaluate import evaluate_run
+    from tasks.runs.report import summary_lines
+
+    if args.pred is not None or args.labels is not None or (args.run == "medseg" and not Path(args.run).is_dir()):
+        return _evaluate_folders(args)
+    run = _load(args)
+    metrics, out = evaluate_run(run, args.data, args.split, args.out)
+    lines = summary_lines({"task": run.task.name, "variant": run.variant, "epochs": 0, "train_seconds": 0,
+                           "parameters": sum(p.numel() for p in run.model.parameters()),
+                           "main_metric": run.task.main_metric, "best_valid": float("nan"), "final": metrics})
+    print("\n".join(lines[2:]) if len(lines) > 2 else "no test metrics")
+    print(f"outputs in {out}/ (metrics.json, report.md, predictions/)")
+    return 0
+
+
+def _evaluate_folders(args: argparse.Namespace) -> int:
+    """``zoo evaluate medseg --pred DIR --labels DIR``: two folders of label maps, no run."""
+    if args.run != "medseg" or args.pred is None or args.labels is None:
+        raise ValueError("score two folders of NIfTI label maps with `zoo evaluate medseg --pred DIR --labels DIR`; "
+                         "to re-score a run, give its folder: `zoo evaluate RUN`")
+    from tasks.medseg.folder_eval import score_folders
+
+    _, out, lines = score_folders(args.pred, args.labels, args.dataset_json, args.out, chill=args.chill)
+    print("\n".join(lines))
+    print(f"outputs in {out}/ (summary.json: nnU-Net's; metrics.json: both HD95 conventions)")
+    return 0
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    run = _load(args)
+    options = {}
+    for name, tasks in PREDICT_OPTIONS.items():
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if run.task.name not in tasks:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} is an option of {', '.join(tasks)} runs; {args.run} is a {run.task.name} run")
+        options[name] = value
+    if args.batch_size is not None:
+        options["batch_size"] = args.batch_size
+    predict = importlib.import_module(f"tasks.{run.task.name}.predict").predict
+    summary = predict(run, list(args.inputs), args.out, progress=not args.quiet, **options)
+    print(summary, file=sys.stderr if args.out is None else sys.stdout)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from tasks.runs.run import WEIGHTS_FILE, export_run
+
+    out = export_run(args.run, args.out, args.format, args.checkpoint)
+    print(f"exported {args.run} ({args.checkpoint}) to {out}/ ({WEIGHTS_FILE}, run.json); load it with "
+          f"zoo.load_run('{out}') or `zoo predict {out} ...`")
+    return 0
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a run folder written by `zoo train` (its --out) or `zoo export`")
+    p.add_argument("--checkpoint", default="best", help="best, last, or the path of a checkpoint (default: best)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--task", default=None, help="refuse a run of any other task (a check for scripts)")
+
+
+def add_run_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="re-score a finished run on a split of its data or of another folder; "
+                       "`zoo evaluate medseg --pred DIR --labels DIR` scores two folders of label maps")
+    _run_arguments(p)
+    p.add_argument("--data", default=None, help="a compatible data folder (default: the run's own data)")
+    p.add_argument("--split", default=None, help="the split to score (default: the task's test splits)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/evaluations/<data>-<split>; with "
+                   "--pred: the --pred folder)")
+    p.add_argument("--pred", default=None, metavar="DIR", help="medseg: a folder of predicted NIfTI label maps")
+    p.add_argument("--labels", default=None, metavar="DIR", help="medseg: the reference label maps (same names)")
+    p.add_argument("--dataset-json", default=None, metavar="FILE", help="medseg: dataset.json naming the classes "
+                   "(default: the labels' own, else the label values found)")
+    p.add_argument("--chill", action="store_true", help="medseg: allow references that have no prediction")
+    p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser("predict", help="use a finished run on new inputs: sentences, images or volumes")
+    _run_arguments(p)
+    p.add_argument("inputs", nargs="*", help="translation: text files (default: standard input); cifar: image files "
+                   "or folders; medseg: volume files (.h5, .npz; .nii/.nii.gz for runs trained on NIfTI) or folders")
+    p.add_argument("--out", default=None, help="output file (translation: default standard output; cifar: a CSV, "
+                   "default predictions.csv) or folder (medseg: default predictions/)")
+    p.add_argument("--batch-size", type=int, default=None, help="inputs per forward pass")
+    p.add_argument("--beam-size", type=int, default=None, help="translation: beam search with this beam (1: greedy)")
+    p.add_argument("--temperature", type=float, default=None, help="translation: sample at this temperature (> 0)")
+    p.add_argument("--top-k", type=int, default=None, help="translation: sample from the k most probable tokens")
+    p.add_argument("--top-p", type=float, default=None, help="translation: sample from the nucleus of mass p")
+    p.add_argument("--attention", default=None, metavar="DIR", help="cifar: write attention maps as PNGs to DIR")
+    p.add_argument("--labels", default=None, metavar="DIR", help="medseg: label volumes to score the predictions")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_predict)
+
+    p = sub.add_parser("export", help="write a run's weights as safetensors with its run.json (no pickle)")
+    p.add_argument("run", help="a run folder written by `zoo train`")
+    p.add_argument("--format", default="safetensors", choices=("safetensors",), help="weights format")
+    p.add_argument("--checkpoint", default="best", help="best, last, or the path of a checkpoint (default: best)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/export)")
+    p.set_defaults(func=_cmd_export)

@@ -1,0 +1,139 @@
+"""Task subcommands of the ``zoo`` command: ``zoo train TASK [--flags]``.
+
+Each task's flags are derived from its config dataclass (see :mod:`tasks.engine.config`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tasks.engine.registry import TASKS, task_class
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from tasks.engine.config import config_from_args
+    from tasks.engine.trainer import NonFiniteLossError, Trainer
+    from tasks.runs.report import summary_lines
+
+    cls = task_class(args.task)
+    config = config_from_args(cls.config_class, args)
+    config.check_paths()  # an --out or --data that is a file fails here, not after the data has loaded
+    trainer = Trainer(cls, config)
+    try:
+        summary = trainer.fit()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; resume with: zoo train {args.task} --out {config.out_dir} --resume", file=sys.stderr)
+        return 130
+    except NonFiniteLossError as error:
+        print(f"zoo train: {error}", file=sys.stderr)
+        return 1
+    if trainer.main:
+        print("\n".join(summary_lines(summary)))
+        print(f"outputs in {config.out_dir}/ (report.md, metrics.json, curves.png, checkpoints/)")
+    return 0
+
+
+def _budget(args: argparse.Namespace, cls) -> dict:
+    from tasks.engine.config import parse_assignments
+
+    config = parse_assignments(args.set, cls.config_class)
+    config.update(progress=not args.quiet, model=parse_assignments(args.model_set))
+    if args.epochs is not None:
+        config["epochs"] = args.epochs
+    return config
+
+
+def _seeds(args: argparse.Namespace) -> int:
+    return 1 if args.seeds is None else args.seeds
+
+
+def _print_comparison(comparison: dict, out) -> None:
+    from tasks.compare.report import explain_tests
+
+    print(comparison["table"])
+    print("\n" + "\n".join(explain_tests(comparison, ("headline",))))
+    print(f"\nwritten to {out}/ (report.md, results.json, metric_vs_cost.png)")
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tasks.compare.sweep import compare, compare_runs
+
+    cls = task_class(args.task)
+    out = Path(args.out or f"runs/compare-{args.task}")
+    if args.runs:
+        given = [flag for flag, value in (("--variants", args.variants), ("--epochs", args.epochs),
+                                          ("--seeds", args.seeds), ("--budget", args.budget), ("--set", args.set),
+                                          ("--model-set", args.model_set)) if value is not None]
+        if given:
+            raise ValueError(f"--runs compares finished runs and trains nothing; drop {', '.join(given)}")
+        comparison = compare_runs(args.task, args.runs, out, args.alpha, args.baseline)
+    else:
+        variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
+        comparison = compare(args.task, variants, out, _seeds(args), args.budget, args.alpha, args.baseline,
+                             args.allow_undeclared, **_budget(args, cls))
+    _print_comparison(comparison, out)
+    return 0
+
+
+def _cmd_ablate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tasks.compare.sweep import ablate
+
+    cls = task_class(args.task)
+    out = Path(args.out or f"runs/ablate-{args.variant}-{args.task}")
+    comparison = ablate(args.variant, args.task, out, _seeds(args), args.budget, args.alpha, args.allow_undeclared,
+                        **_budget(args, cls))
+    _print_comparison(comparison, out)
+    return 0
+
+
+def _budget_arguments(p: argparse.ArgumentParser, out: str) -> None:
+    p.add_argument("--budget", default=None, metavar="KIND=VALUE",
+                   help="what every run gets: epochs=N (default epochs=2), time=SECONDS of training, or flops=X "
+                        "training FLOPs (3 x forward FLOPs per step, zoo diff's counter)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="epochs for every run (= --budget epochs=N); with a time or FLOP budget, the most a run "
+                        "may take (time default: the task's epochs, which also set the LR schedule's horizon)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per variant, 0..K-1 (default 1): mean and 95%% "
+                                                            "interval over seeds")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdicts (Holm-corrected)")
+    p.add_argument("--out", default=None, help=f"output folder (default: {out})")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="task config field for every run")
+    p.add_argument("--model-set", action="append", metavar="KEY=VALUE", help="variant config field for every run")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--allow-undeclared", action="store_true",
+                   help="train a variant whose config differs from its classic counterpart where no declared change "
+                        "reverts it (refused by default: see zoo check); the report lists the differences (finished "
+                        "--runs are never refused, their differences are listed)")
+
+
+def add_task_commands(sub: argparse._SubParsersAction) -> None:
+    from tasks.engine.config import add_config_arguments
+
+    train = sub.add_parser("train", help="train and evaluate a variant on a task")
+    tasks = train.add_subparsers(dest="task", metavar="TASK", required=True)
+    for name in TASKS:
+        cls = task_class(name)
+        p = tasks.add_parser(name, help=f"train on the {name} task")
+        add_config_arguments(p, cls.config_class, skip=("task",))
+        p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("compare", help="train several variants with the same budget (or read finished runs); one "
+                                       "table with intervals, paired tests and verdicts, and a plot")
+    p.add_argument("task", choices=sorted(TASKS), help="the task every variant is trained on")
+    p.add_argument("--variants", default=None, help="comma-separated (default: every variant of the task)")
+    p.add_argument("--runs", nargs="+", metavar="DIR", default=None,
+                   help="compare these finished runs or zoo evaluate folders instead of training (grouped by variant)")
+    p.add_argument("--baseline", default=None, help="the variant every other is tested against (default: the task's)")
+    _budget_arguments(p, out="runs/compare-TASK")
+    p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("ablate", help="leave-one-out: revert each change of a variant alone, same budget")
+    p.add_argument("variant", help="the variant whose declared changes are reverted one at a time")
+    p.add_argument("--task", required=True, choices=sorted(TASKS), help="the task it is trained on")
+    _budget_arguments(p, out="runs/ablate-VARIANT-TASK")
+    p.set_defaults(func=_cmd_ablate)

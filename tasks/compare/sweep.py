@@ -1,0 +1,355 @@
+"""Comparisons that hold up: ``zoo compare`` and ``zoo ablate``.
+
+``compare`` trains several variants on one task with the same data, budget and seeds — or reads runs that
+already finished (``zoo compare TASK --runs DIR ...``) — and tabulates, per variant: what changed,
+parameters, forward FLOPs, optimizer steps, the task metric's mean over seeds with its 95 % interval, Δ vs
+the task's baseline with its 95 % interval, a paired test on the same test examples (p-values
+Holm-corrected over the variants), a verdict (better / worse / no significant difference at α),
+throughput and wall time; with a plot of metric vs cost. ``ablate`` does the same for one variant and, for
+each of its declared changes, the variant with only that change reverted: each row says what the change
+bought and whether that is distinguishable from noise.
+
+The trained comparison builds its table from the run folders it wrote, through the same code as
+``--runs``, so rebuilding it from those folders gives the same table.
+
+A variant whose config differs from its classic counterpart where no declared change says so
+(:mod:`zoo.analysis.counterpart`: a preset that also sets ``heads=1`` or adds a layer) would have its declared changes
+credited with what that difference does: ``compare`` and ``ablate`` refuse to train it unless
+``allow_undeclared`` (``--allow-undeclared``), and every report lists such differences, per row, from each
+run's ``run.json`` (finished runs given to ``--runs`` are listed, not refused). Statistics: :mod:`tasks.compare.paired`
+and :mod:`tasks.compare.stats`; budgets (epochs, time, training FLOPs): :mod:`tasks.engine.budget`; output:
+:mod:`tasks.compare.report`.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import zoo
+from core.errors import check_positive
+from tasks.compare.paired import describe_test, paired_statistics, task_metrics
+from tasks.compare.report import write_comparison
+from tasks.compare.run_results import RunResult, check_pairable, group_by_variant, read_result
+from tasks.compare.stats import check_alpha
+from tasks.engine.budget import parse_budget
+from tasks.engine.config import check_folder
+from tasks.engine.registry import task_class
+from zoo.analysis.counterpart import Counterpart, Difference, counterpart
+from zoo.analysis.delta import measured_at
+
+log = logging.getLogger(__name__)
+
+COMPARE_EPOCHS = 2  # the default budget of zoo compare / zoo ablate: epochs=2
+MAX_EPOCHS = 1000  # the epoch cap under a FLOP budget when --epochs is not given: the budget decides
+HEADLINE_FIELDS = ("mean", "ci95", "ci95_method", "delta", "delta_ci95", "p_value", "p_value_holm", "verdict", "test",
+                   "other_p_values", "seed_delta_ci95", "seed_p_value_holm", "seed_verdict")
+
+
+@dataclass
+class Entry:
+    """One row of a comparison: a variant, optionally with config overrides (an ablation)."""
+
+    label: str
+    variant: str
+    model: dict[str, Any] = field(default_factory=dict)
+    parts: str = ""
+
+
+def resolve_budget(cls, budget: str | None, epochs: int | None) -> tuple[str, int]:
+    """The budget text and the epochs of every run: ``epochs=N`` sets them; under a time budget ``epochs``
+    (default: the task's own) caps the run and is the schedule's horizon; under a FLOP budget it only caps."""
+    if budget is None:
+        epochs = COMPARE_EPOCHS if epochs is None else epochs
+        check_positive("epochs", epochs)
+        return f"epochs={epochs}", epochs
+    parsed = parse_budget(budget)
+    if parsed.kind == "epochs":
+        if epochs is not None and epochs != parsed.value:
+            raise ValueError(f"--epochs {epochs} and --budget {budget} disagree; give one of them")
+        return budget, int(parsed.value)
+    if epochs is not None:
+        check_positive("epochs", epochs)
+        return budget, epochs
+    return budget, cls.config_class().epochs if parsed.kind == "time" else MAX_EPOCHS
+
+
+def counterpart_of(task_name: str, variant: str, preset: str | None = None,
+                   model: dict[str, Any] | None = None) -> Counterpart | None:
+    """The classic counterpart of ``variant`` (with its undeclared differences) as a run of the task builds it.
+
+    Args:
+        task_name: the task.
+        variant: a variant of the task, or one of its reference models (not a patch: it has none).
+        preset: the run's ``preset`` (``None``: the task's default for the variant, as the run picks it).
+        model: the run's ``--model-set`` overrides (for both sides).
+
+    Returns:
+        The :class:`~zoo.analysis.counterpart.Counterpart`, or ``None`` for a reference model.
+    """
+    if variant in getattr(task_class(task_name), "reference_models", ()):
+        return None
+    registration = zoo.get_variant(variant, task_name)
+    return counterpart(registration, task_name, *measured_at(registration, task_name, preset, model))
+
+
+def refuse_undeclared(task_name: str, entries: list[Entry], preset: str | None, model: dict[str, Any]) -> None:
+    """Refuse, before any training, the entries whose variant has undeclared differences at ``preset`` with the
+    ``model`` overrides (each entry's own overrides added).
+
+    Raises:
+        ValueError: naming each such variant, its differences and the fixes.
+    """
+    found = {}
+    for entry in entries:
+        if entry.variant not in found:
+            found[entry.variant] = counterpart_of(task_name, entry.variant, preset, {**model, **entry.model})
+    bad = [f"variant {name!r} differs from its classic counterpart ({reference.label}) where no declared change "
+           f"reverts it: {', '.join(d.values for d in reference.differences)}"
+           for name, reference in found.items() if reference is not None and reference.differences]
+    if bad:
+        raise ValueError(
+            "; ".join(bad) + "; the comparison would credit the declared changes with what these differences do. "
+            "Declare each in a change's revert or use the classic value, or pass --allow-undeclared "
+            "(allow_undeclared=True) to train anyway, with the differences listed in the report")
+
+
+def train_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, budget: str = "epochs=2",
+                  **config: Any) -> dict[str, list[RunResult]]:
+    """Train every entry ``seeds`` times (seeds 0..seeds-1) under ``budget``; the finished runs per entry."""
+    from tasks.engine.trainer import Trainer
+
+    check_positive("seeds", seeds)
+    check_folder("--out", out, "a folder for the runs and the report")
+    parse_budget(budget)  # a bad budget fails before any training
+    cls = task_class(task_name)
+    groups: dict[str, list[RunResult]] = {}
+    for entry in entries:
+        for seed in range(seeds):
+            run_dir = out / f"{entry.label}-seed{seed}"
+            run_config = cls.config_class(**{**config, "variant": entry.variant, "seed": seed,
+                                             "model": {**config.get("model", {}), **entry.model},
+                                             "out": str(run_dir)})
+            run_config.check_paths()
+            log.info("== %s, seed %d ==", entry.label, seed)
+            Trainer(cls, run_config, parse_budget(budget)).fit()  # a fresh budget per run: it counts what it spends
+            groups.setdefault(entry.label, []).append(read_result(run_dir))
+    return groups
+
+
+def forward_flops(task_name: str, task, model: torch.nn.Module, variant: str) -> int:
+    """Forward FLOPs of ``model`` at the task's input size (zoo diff's counter and shape)."""
+    from zoo.analysis.delta import TASK_SHAPES, module_flops
+
+    spec = TASK_SHAPES[task_name]
+    if variant in getattr(task, "reference_models", ()):  # e.g. the CNN row of the cifar task
+        shape = {**spec.shape, **task.delta_overrides()}
+        inputs = (torch.zeros(1, shape["in_channels"], shape["image_size"], shape["image_size"]),)
+    else:
+        config = task.model_config
+        inputs = zoo.get_variant(variant, task_name).example_input(config, spec.for_config(config))
+    return module_flops(model.cpu(), inputs)[1]
+
+
+def parts_changed(task_name: str, task, variant: str) -> str:
+    if variant in getattr(task, "reference_models", ()):
+        return "(reference model, not a patch)"
+    return ", ".join(zoo.get_variant(variant, task_name).parts_changed) or "(base)"
+
+
+def _parts_and_flops(entry: Entry, task_name: str, trainer) -> tuple[str, int]:
+    """What the entry changed, and its forward FLOPs at the task's input size (``trainer``: anything with the
+    ``task`` and ``model`` of a run, a Trainer or a :class:`tasks.runs.run.Run`)."""
+    parts = entry.parts or parts_changed(task_name, trainer.task, entry.variant)
+    return parts, forward_flops(task_name, trainer.task, trainer.model, entry.variant)
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _cost(task_name: str, runs: list[RunResult], parts: str | None) -> dict[str, Any]:
+    """Parameters, FLOPs, steps and time of a group's runs (means over seeds)."""
+    from tasks.runs.run import load_run
+
+    run = load_run(runs[0].run_path)
+    part_text, flops = _parts_and_flops(Entry(run.variant, run.variant, parts=parts or ""), task_name, run)
+    trained = [r.training for r in runs if r.training]
+    spent = [t["budget"].get("train_flops") for t in trained if "budget" in t]
+    return {"parts changed": part_text,
+            "params": trained[0]["parameters"] if trained else sum(p.numel() for p in run.model.parameters()),
+            "GFLOPs": flops / 1e9,
+            "steps": _mean([t["history"][-1]["step"] for t in trained if t["history"]]),
+            "train_TFLOPs": None if not spent or None in spent else _mean(spent) / 1e12,
+            "items/s": _mean([t["items_per_s"] for t in trained]),
+            "wall s": _mean([t["train_seconds"] for t in trained])}
+
+
+def budget_text(result: RunResult) -> str:
+    """The budget a run was trained under, as the report states it."""
+    spent = (result.training or {}).get("budget")
+    epochs = result.info["config"]["epochs"]
+    if spent is None or spent["kind"] == "epochs":
+        return f"{epochs} epoch(s) per run"
+    text = parse_budget(f"{spent['kind']}={spent['value']}").describe()
+    return f"{text}, at most {epochs} epochs"
+
+
+def build_comparison(task_name: str, groups: dict[str, list[RunResult]], reference: str, out: Path,
+                     kind: str = "compare", alpha: float = 0.05, parts: dict[str, str] | None = None,
+                     title: str | None = None) -> dict[str, Any]:
+    """The comparison of finished runs grouped by label (each group: one variant's seeds) against
+    ``reference``; writes results.json, report.md and the plots under ``out``.
+
+    The reference's row comes first. ``kind="compare"`` reports each variant against the reference (the
+    baseline); ``kind="ablate"`` reports the reference (the full variant) against each row (the variant
+    without one change): Δ is what the change bought. Returns the comparison dict written to results.json,
+    plus ``"table"``, the main markdown table.
+    """
+    check_alpha(alpha)
+    groups = {reference: groups[reference], **groups}  # the reference's row first, the others in their order
+    results = [r for runs in groups.values() for r in runs]
+    for r in results:
+        if r.task != task_name:
+            raise ValueError(f"{r.path} is a {r.task} run, not a {task_name} one; compare runs of one task")
+    others = [label for label in groups if label != reference]
+    pairs = [(label, label, reference) if kind == "compare" else (label, reference, label) for label in others]
+    splits = set.intersection(*(r.splits() for r in results))
+    metrics = task_metrics(task_name, groups[reference][0].info, splits)
+    for split in dict.fromkeys(m.split for m in metrics):
+        check_pairable(groups, split, pairs)
+    stats = {}
+    for m in metrics:
+        runs = {label: [(r.records(m.split)[1], m.stats(r.records(m.split)[0], r.info)) for r in g]
+                for label, g in groups.items()}
+        stats[m.key] = paired_statistics(m, runs, pairs, alpha)
+    undeclared = {label: _run_undeclared(task_name, runs[0]) for label, runs in groups.items()}
+    rows = []
+    for label, runs in groups.items():
+        row = {"variant": label, **_cost(task_name, runs, (parts or {}).get(label)), "seeds": len(runs),
+               "runs": [str(r.path) for r in runs], "metric": metrics[0].key,
+               "metrics": {m.key: stats[m.key][label] for m in metrics},
+               "undeclared": [d.to_dict() for d in undeclared[label]]}
+        headline = {"delta": 0.0, "delta_ci95": None, "p_value": None, "p_value_holm": None, "test": None,
+                    "other_p_values": None, "seed_delta_ci95": None, "seed_p_value_holm": None, "seed_verdict": None,
+                    "verdict": "baseline" if kind == "compare" else "full variant", **row["metrics"][metrics[0].key]}
+        row.update({k: headline[k] for k in HEADLINE_FIELDS})
+        rows.append(row)
+    budgets = {label: budget_text(runs[0]) for label, runs in groups.items()}
+    comparison = {
+        "title": title or f"zoo compare {task_name}", "kind": kind, "task": task_name, "reference": reference,
+        "alpha": alpha, "headline": metrics[0].key, "budget": budgets,
+        "ci95_method": "; ".join(dict.fromkeys(r["ci95_method"] for r in rows)),
+        "preamble": _preamble(kind, reference, groups, budgets, metrics[0], undeclared),
+        "metrics": {m.key: {"title": m.title, "unit": m.unit, "split": m.split, "higher_is_better": m.higher_is_better,
+                            "role": m.role, "tests": list(dict.fromkeys(describe_test(m, stats[m.key][row]["test"])
+                                                                        for row, _, _ in pairs))}
+                    for m in metrics},
+        "rows": rows,
+    }
+    table = write_comparison(comparison, out)
+    return {**comparison, "table": table}
+
+
+def _run_undeclared(task_name: str, result: RunResult) -> list[Difference]:
+    """The undeclared differences of a finished run's variant, at the preset and overrides its run.json records."""
+    config = result.info.get("config", {})
+    reference = counterpart_of(task_name, result.variant, config.get("preset"), config.get("model"))
+    return [] if reference is None else list(reference.differences)
+
+
+def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], budgets: dict[str, str], metric,
+              undeclared: dict[str, list[Difference]]) -> str:
+    seeds = sorted({len(runs) for runs in groups.values()})
+    budget = (f"the same budget for every run: {next(iter(budgets.values()))}" if len(set(budgets.values())) == 1
+              else "budgets that differ: " + "; ".join(f"{k}: {v}" for k, v in budgets.items()))
+    what = (f"Each variant against the baseline `{reference}`" if kind == "compare" else
+            f"Leave-one-out: each row is `{reference}` with one declared change reverted to the classic choice; "
+            f"'bought by the change' is `{reference}` minus the row")
+    text = (f"{what}, trained with {budget}; {'/'.join(map(str, seeds))} seed(s) per variant. Metric: "
+            f"{metric.split} {metric.title}, paired on the same test examples.")
+    by_variant = {groups[label][0].variant: found for label, found in undeclared.items() if found}
+    if by_variant:
+        listed = "; ".join(f"`{name}`: {', '.join(d.values for d in found)}" for name, found in by_variant.items())
+        text += (f" **Undeclared differences** from the classic counterpart, which no declared change reverts: "
+                 f"{listed}. Such a row's Δ measures its declared changes in a model that also differs in these.")
+    return text
+
+
+def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 1, budget: str | None = None,
+            alpha: float = 0.05, baseline: str | None = None, allow_undeclared: bool = False,
+            **config: Any) -> dict[str, Any]:
+    """Train ``variants`` (default: every variant of the task and its reference models) ``seeds`` times each
+    under ``budget`` (``epochs=N``, ``time=SECONDS``, ``flops=X``; default ``epochs=2``) and compare them with
+    ``baseline`` (default: the task's). ``config``: task config fields for every run (``epochs`` caps a time
+    or FLOP budget). A variant with undeclared differences from its classic counterpart is refused before any
+    training (:func:`refuse_undeclared`) unless ``allow_undeclared``. Returns the comparison (see
+    :func:`build_comparison`)."""
+    cls = task_class(task_name)
+    check_alpha(alpha)
+    names = variants or [*zoo.list_variants(task_name), *getattr(cls, "reference_models", ())]
+    for name in names:
+        if name not in getattr(cls, "reference_models", ()):
+            zoo.get_variant(name, task_name)  # a clear error before any training starts
+    baseline = baseline or cls.baseline
+    if baseline not in names:
+        raise ValueError(f"the baseline {baseline!r} is not among the variants ({', '.join(names)}); add it, or "
+                         f"pass --baseline with one of them")
+    entries = [Entry(n, n) for n in names]
+    if not allow_undeclared:
+        refuse_undeclared(task_name, entries, config.get("preset"), config.get("model", {}))
+    budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
+    groups = train_entries(task_name, entries, out, seeds, budget, **config)
+    return build_comparison(task_name, groups, baseline, out, alpha=alpha)
+
+
+def compare_runs(task_name: str, paths: list[str | Path], out: Path, alpha: float = 0.05,
+                 baseline: str | None = None) -> dict[str, Any]:
+    """The comparison of finished runs (training runs or ``zoo evaluate`` folders), grouped by variant, without
+    training anything; runs evaluated on different data are refused."""
+    cls = task_class(task_name)
+    check_folder("--out", out, "a folder for the report")
+    groups = group_by_variant([read_result(p) for p in paths])
+    baseline = baseline or cls.baseline
+    if baseline not in groups:
+        raise ValueError(f"no run of the baseline {baseline!r} among --runs (they are runs of: {', '.join(groups)}); "
+                         "add one, or pass --baseline with one of those")
+    return build_comparison(task_name, groups, baseline, out, alpha=alpha)
+
+
+def ablation_entries(variant) -> list[Entry]:
+    """The full variant, then one row per independent declared change with that change alone reverted
+    (:meth:`zoo.registry.Variant.independent_changes`: a part that only follows another change, such as
+    the head Swin's hierarchy widens, has no row of its own; its cause's row reverts it)."""
+    entries = [Entry(variant.name, variant.name)]
+    for change in variant.independent_changes():
+        reach = [p for p in change.parts if p != change.part]
+        parts = f"{change.part} reverted to classic" + (f" (reaching {', '.join(reach)})" if reach else "")
+        entries.append(Entry(f"without {change.name}", variant.name, dict(change.revert), parts=parts))
+    return entries
+
+
+def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget: str | None = None,
+           alpha: float = 0.05, allow_undeclared: bool = False, **config: Any) -> dict[str, Any]:
+    """Train the variant and, for each declared change, the variant with that one change reverted; each row
+    reports what the change bought (the variant minus the row), tested paired on the same test examples. A
+    variant with undeclared differences from its classic counterpart is refused before any training unless
+    ``allow_undeclared``."""
+    cls = task_class(task_name)
+    check_alpha(alpha)
+    entries = ablation_entries(zoo.get_variant(variant_name, task_name))
+    if len(entries) == 1:
+        raise ValueError(f"variant {variant_name!r} declares no changes: nothing to ablate")
+    if not allow_undeclared:
+        refuse_undeclared(task_name, entries[:1], config.get("preset"), config.get("model", {}))
+    budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
+    groups = train_entries(task_name, entries, out, seeds, budget, **config)
+    return build_comparison(task_name, groups, variant_name, out, kind="ablate", alpha=alpha,
+                            parts={e.label: e.parts for e in entries},
+                            title=f"zoo ablate {variant_name} on {task_name}")

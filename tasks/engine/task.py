@@ -1,0 +1,164 @@
+"""The interface between a task (data, model, loss, metrics) and the shared training loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from core.errors import unknown_name
+from tasks.engine.config import TrainConfig, config_from_dict
+from tasks.engine.distributed import DistInfo
+
+
+class Task:
+    """A task runner plugs into :class:`tasks.engine.trainer.Trainer` by implementing these hooks.
+
+    Batches are described by *rows* (e.g. example indices): ``train_batches`` must return the same
+    global batches on every rank for a given epoch, so that distributed ranks can each take a shard.
+    """
+
+    name: str = ""
+    config_class: type[TrainConfig] = TrainConfig
+    main_metric: str = ""
+    higher_is_better: bool = True
+    baseline: str = "classic"  # the variant every other is compared with
+    headline: tuple[str, str] = ("test", "")  # (split, metric) in the final results that ranks variants
+    extra_columns: tuple[tuple[str, str, str], ...] = ()  # (split, metric, column title) also shown
+    eval_splits: tuple[str, ...] = ("test",)  # splits `zoo evaluate --split` accepts; the default is the first
+    preset: str | None = None  # the preset build_model resolved (None: the variant's own default, or a reference model)
+    # --variant names that are not zoo variants (e.g. a CNN baseline): name -> builder; no delta analysis
+    reference_models: dict[str, Callable[..., nn.Module]] = {}
+
+    def __init__(self, config: TrainConfig, device: torch.device, dist: DistInfo) -> None:
+        self.config, self.device, self.dist = config, device, dist
+
+    # --- setup ---------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Load or generate the data and whatever the model depends on (tokenizer, classes...)."""
+
+    def build_model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def decided_overrides(self, decided: dict[str, Any], source: str) -> dict[str, Any]:
+        """``--model-set`` fields plus the config fields ``source`` decides (the data's channels, classes...).
+
+        A ``--model-set`` value that contradicts a decided one is refused rather than silently overridden.
+        """
+        model = self.config.model
+        for key, value in decided.items():
+            if key in model and model[key] != value:
+                raise ValueError(f"--model-set {key}={model[key]} conflicts with {source}, which sets {key}={value}; "
+                                 "remove it, the task sets it")
+        return {**model, **decided}
+
+    def build_variant(self, overrides: dict[str, Any], *reference_args: Any) -> nn.Module:
+        """The ``--variant`` model: a reference model built from ``reference_args``, or the zoo variant's
+        config with ``overrides`` at ``--preset`` (default: the preset the delta analysis measures for this
+        task, else the variant's own). Sets ``self.model_config`` for zoo variants.
+        """
+        import zoo
+        from zoo.analysis.delta import TASK_SHAPES
+
+        c = self.config
+        if c.variant in self.reference_models:
+            if c.model:
+                raise ValueError(f"the reference model {c.variant!r} takes no --model-set overrides, got {c.model}")
+            return self.reference_models[c.variant](*reference_args)
+        if c.variant not in zoo.list_variants():
+            raise unknown_name("variant", c.variant, [*zoo.list_variants(self.name), *self.reference_models])
+        variant = zoo.get_variant(c.variant, self.name)  # a variant of another task gets its own clear error
+        preset, shape = c.preset, TASK_SHAPES.get(self.name)
+        if preset is None and shape is not None and shape.preset in variant.presets:
+            preset = shape.preset
+        self.preset = preset
+        self.model_config = variant.config(preset, **overrides)
+        return variant.build(self.model_config)
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        c = self.config
+        return torch.optim.AdamW(model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
+        raise NotImplementedError
+
+    # --- training ------------------------------------------------------------------------------
+    def train_batches(self, epoch: int) -> list[Sequence[Any]]:
+        """The global batches of ``epoch`` (deterministic from the seed and the epoch)."""
+        raise NotImplementedError
+
+    def shuffled_batches(self, n: int, epoch: int, min_last: int) -> list[list[tuple[int, int]]]:
+        """Rows ``(item index, epoch)`` of ``n`` items, shuffled from (seed, epoch) and cut into ``batch_size``
+        batches; a last batch smaller than ``min_last`` is dropped. The epoch in each row keys the item's
+        augmentation, so a resumed or distributed run sees the same items as an uninterrupted one."""
+        gen = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
+        order = torch.randperm(n, generator=gen).tolist()
+        size = self.config.batch_size
+        batches = [[(i, epoch) for i in order[j : j + size]] for j in range(0, len(order), size)]
+        if len(batches) > 1 and len(batches[-1]) < min_last:
+            batches.pop()
+        return batches
+
+    def loss(self, model: nn.Module, rows: Sequence[Any]) -> tuple[Tensor, float]:
+        """Summed loss over the rows' items and the number of items (tokens, images, pixels)."""
+        raise NotImplementedError
+
+    # --- evaluation ----------------------------------------------------------------------------
+    def evaluate(self, model: nn.Module, split: str) -> list[Any]:
+        """Per-example records for this rank's shard of ``split`` (gathered across ranks by the loop)."""
+        raise NotImplementedError
+
+    def score(self, records: list[Any], split: str) -> dict[str, float]:
+        """Metrics from all records of a split; must contain ``main_metric``."""
+        raise NotImplementedError
+
+    def final_report(self, model: nn.Module, out_dir, splits: Sequence[str] | None = None
+                     ) -> tuple[dict[str, Any], str]:
+        """Test-time evaluation after training (and by ``zoo evaluate``) of ``splits`` (default: the task's test
+        splits): (metrics, markdown section for report.md). Writes ``predictions/<split>.jsonl`` under ``out_dir``
+        (see :mod:`tasks.runs.records`)."""
+        return {}, ""
+
+    def delta_overrides(self) -> dict[str, Any]:
+        """Config overrides that make the delta analysis measure the model exactly as trained."""
+        return dict(self.config.model)
+
+    def save_artifacts(self, out_dir) -> None:
+        """Files the run needs besides the checkpoint (a tokenizer, class names...)."""
+
+    # --- using a finished run (see tasks.runs.run) --------------------------------------------------------
+    def preprocessing(self) -> dict[str, Any]:
+        """What inference needs besides the weights, as JSON (run.json): how inputs were encoded or normalised,
+        the classes, the artefact files (names relative to the run folder). Called after ``setup``."""
+        return {}
+
+    def artifact_files(self) -> list[str]:
+        """Files of the run folder that :meth:`restore` reads (copied by ``zoo export``)."""
+        return []
+
+    def restore(self, preprocessing: dict[str, Any], run_dir) -> None:
+        """Set what ``setup`` would fit on the training data from a saved run's ``preprocessing``, so that the
+        run's model can be rebuilt and used without its training data; a later ``setup()`` (to evaluate on
+        data) reads the data but keeps this preprocessing."""
+        self.restored = dict(preprocessing)
+
+    restored: dict[str, Any] | None = None  # the saved preprocessing, once restore() ran
+
+    def reference_args(self) -> tuple:
+        """The arguments of a reference model's builder (``reference_models``), from the preprocessing."""
+        return ()
+
+    def build_saved_model(self, variant: str, variant_config: dict[str, Any] | None) -> nn.Module:
+        """The model a run describes: a reference model from :meth:`reference_args`, or the zoo variant from its
+        saved full config (not from presets: the presets may have changed since). Sets ``self.model_config``."""
+        import zoo
+
+        if variant in self.reference_models:
+            return self.reference_models[variant](*self.reference_args())
+        if variant_config is None:
+            raise ValueError(f"run.json holds no config of variant {variant!r}; it cannot be rebuilt")
+        registered = zoo.get_variant(variant, self.name)
+        self.model_config = config_from_dict(registered.config_class, variant_config)
+        return registered.build(self.model_config)

@@ -1,0 +1,367 @@
+"""The shared training loop of every task runner.
+
+It owns what is the same for all tasks: device choice, seeds and determinism, bf16 autocast on CUDA,
+gradient accumulation and clipping, the auxiliary losses and statistics the model's layers report
+(:mod:`core.sidechannels`, whatever those layers are), progress bars, evaluation each epoch, checkpoints
+(atomic, resumable bit for bit), Ctrl-C and non-finite-loss handling, ``torchrun`` scale-out, an optional
+budget that may stop a run after any optimizer step (:mod:`tasks.engine.budget`: time, training FLOPs), and the
+run's output files: ``config.json``, ``metrics.jsonl``, ``metrics.json``, ``report.md``, ``curves.png``,
+``checkpoints/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from core.sidechannels import auxiliary_loss, layer_statistics
+from tasks.engine.budget import TrainingFlopCounter
+from tasks.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from tasks.engine.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard
+from tasks.engine.mfu import run_utilisation
+from tasks.engine.precision import Precision, probe_training, resolve, training_step
+from tasks.engine.task import Task
+from tasks.runs.report import markdown_table, plot_curves, write_report
+from tasks.runs.run import RUN_FILE, run_info, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+class Trainer:
+    """Runs ``task`` to completion: ``Trainer(task_class, config).fit()`` returns the final metrics."""
+
+    def __init__(self, task_class: type[Task], config, budget=None) -> None:
+        self.config = config
+        # optional tasks.engine.budget.Budget: consulted after each optimizer step, may stop the run
+        self.budget = budget
+        self.stopped_by_budget = False
+        self.device = select_device(config.device)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        seed_everything(config.seed, config.deterministic)
+        self.dist = init_distributed(self.device)
+        if self.dist.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
+        # auto is probed in fit(), on the built model; the others are known (or refused) before any data loads
+        self.precision: Precision | None = (None if config.precision == "auto" else
+                                            resolve(config.precision, self.device, distributed=self.dist.enabled))
+        self.precision_used: str = self.precision.used if self.precision else "fp32"  # "fp32" or "bf16"
+        self.task = task_class(config, self.device, self.dist)
+        self.out = config.out_dir
+        self.ckpt_dir = self.out / "checkpoints"
+        self.history: list[dict[str, Any]] = []
+        self.items_seen, self.train_seconds = 0.0, 0.0  # for throughput (this process, this session)
+        self.doctor = None  # tasks.doctor.training.TrainingDoctor with --doctor
+
+    # --- helpers ---------------------------------------------------------------------------------
+    @property
+    def main(self) -> bool:
+        return self.dist.is_main
+
+    def _autocast(self):
+        """The precision context of every forward, training and evaluation alike (:mod:`tasks.engine.precision`)."""
+        return self.precision.context(self.model, self.device)
+
+    def _probe_precision(self, saved: str | None) -> Precision:
+        """``--precision auto``: time this model's training step in both precisions (a resumed run keeps
+        the choice its checkpoint recorded)."""
+        if saved is not None:
+            return resolve("auto", self.device, lambda: Precision("auto", saved, f"auto: {saved}, as the run began"),
+                           self.dist.enabled)
+        c, task = self.config, self.task
+        key = {"task": task.name, "model": getattr(task, "model_config", None),
+               "config": {k: v for k, v in c.to_dict().items() if k not in _UNTIMED_FIELDS}}
+        step = training_step(task, task.train_batches(0)[0], self.device)  # the first batch the run trains on
+        return resolve("auto", self.device, lambda: probe_training(step, self.model, task.make_optimizer,
+                                                                   self.device, key), self.dist.enabled)
+
+    def _state(self, epoch: int, batch_in_epoch: int, step: int, rng: dict, best: float | None) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng,
+            "epoch": epoch,
+            "batch_in_epoch": batch_in_epoch,
+            "step": step,
+            "best": best,
+            "history": self.history,
+            "config": self.config.to_dict(),
+            "task": self.task.name,
+            "precision": self.precision_used,
+        }
+
+    def _save(self, name: str, state: dict) -> None:
+        if self.main:
+            save_checkpoint(self.ckpt_dir / name, state)
+
+    def _is_better(self, value: float, best: float | None) -> bool:
+        if best is None:
+            return True
+        return value > best if self.task.higher_is_better else value < best
+
+    # --- the loop --------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        c, task = self.config, self.task
+        last = self.ckpt_dir / "last.pt"
+        if not c.resume and last.exists():  # before the data loads: a refused run should cost no time
+            raise ValueError(
+                f"{self.out} already holds a checkpoint ({last}); pass --resume to continue it, "
+                "or choose another --out folder"
+            )
+        c.check_paths()
+        task.setup()
+        self.model = task.build_model().to(self.device)
+        self.optimizer = task.make_optimizer(self.model)
+        steps_per_epoch = math.ceil(len(task.train_batches(0)) / c.accumulate)
+        total_steps = steps_per_epoch * c.epochs
+        if self.budget is not None:
+            total_steps = self.budget.planned_steps(self, total_steps)
+        self.scheduler = task.make_scheduler(self.optimizer, total_steps)
+        self.scaler = torch.amp.GradScaler(enabled=False)  # bf16 needs no loss scaling; kept for fp16 users
+        wrapped = DistributedDataParallel(self.model) if self.dist.enabled else self.model
+        self.eval_model = self.model  # what evaluation calls: the plain module, or its compiled forward
+        if c.compile:  # checkpoints keep holding self.model; the compiled modules share its parameters
+            from tasks.engine.compiled import compile_for_trainer
+
+            wrapped, self.eval_model = compile_for_trainer(wrapped, self.model, task.name, c.variant)
+
+        epoch, batch_in_epoch, step, best = 0, 0, 0, None
+        if c.resume:
+            state = load_checkpoint(last, c.to_dict())
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.scaler.load_state_dict(state["scaler"])
+            set_rng_state(state["rng"])
+            epoch, batch_in_epoch, step = state["epoch"], state["batch_in_epoch"], state["step"]
+            best, self.history = state["best"], list(state["history"])
+            log.info("resumed from %s at epoch %d, step %d", last, epoch + 1, step)
+        if self.precision is None:
+            self.precision = self._probe_precision(state.get("precision") if c.resume else None)
+            self.precision_used = self.precision.used
+        log.info("precision: %s", self.precision.reason)
+        if self.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            c.save(self.out / "config.json")
+            task.save_artifacts(self.out)
+            write_json_atomic(self.out / RUN_FILE, {**run_info(task), "precision": self.precision_used})  # what
+            # `zoo.load_run` rebuilds the model from; `zoo evaluate` evaluates in the precision recorded here
+        if c.doctor and self.main:  # examines the model now (it leaves weights, gradients and RNG as they were)
+            from tasks.doctor.training import TrainingDoctor
+
+            self.doctor = TrainingDoctor(self)
+            self.doctor.start(step)
+
+        if self.budget is not None:
+            self.budget.start(self)
+        self.flop_counter = getattr(self.budget, "counter", None) or TrainingFlopCounter().start(self)  # for MFU
+        start = time.perf_counter()
+        try:
+            while epoch < c.epochs and not self.stopped_by_budget:
+                step, train_loss = self._train_epoch(wrapped, epoch, batch_in_epoch, step, best)
+                row = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
+                       "lr": self.optimizer.param_groups[0]["lr"], **self._evaluate("valid")}
+                row["elapsed_s"] = time.perf_counter() - start
+                self.history.append(row)
+                if self.doctor is not None:
+                    self.doctor.after_epoch(self.history)
+                epoch, batch_in_epoch = epoch + 1, 0
+                value = row[task.main_metric]
+                improved = self._is_better(value, best)
+                best = value if improved else best
+                state = self._state(epoch, 0, step, rng_state(), best)
+                self._save("last.pt", state)
+                if improved:
+                    self._save("best.pt", state)
+                if self.main:
+                    with (self.out / "metrics.jsonl").open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    log.info(_epoch_line(row, task.main_metric))
+        except KeyboardInterrupt:
+            log.warning("interrupted: checkpoint saved to %s; continue with --resume", last)
+            raise
+        return self._finish(best, time.perf_counter() - start)
+
+    def _train_epoch(self, wrapped: nn.Module, epoch: int, skip: int, step: int, best) -> tuple[int, float]:
+        c, task = self.config, self.task
+        self.model.train()
+        batches = task.train_batches(epoch)
+        groups = [batches[i : i + c.accumulate] for i in range(0, len(batches), c.accumulate)]
+        done_groups = skip
+        bar = tqdm(groups[skip:], desc=f"epoch {epoch + 1}/{c.epochs}", disable=not (c.progress and self.main),
+                   leave=False, dynamic_ncols=True)
+        loss_sum = items_sum = 0.0
+        tic = time.perf_counter()
+        for group in bar:
+            rng = rng_state()  # where this step starts: Ctrl-C mid-step resumes exactly from here
+            try:
+                group_loss, group_items = self._train_step(wrapped, group)
+            except KeyboardInterrupt:
+                self._save("last.pt", self._state(epoch, done_groups, step, rng, best))
+                raise
+            done_groups, step = done_groups + 1, step + 1
+            loss_sum, items_sum = loss_sum + group_loss, items_sum + group_items
+            if self.doctor is not None:
+                self.doctor.on_step(step, group_loss / max(group_items, 1), self.optimizer.param_groups[0]["lr"])
+            bar.set_postfix(loss=f"{group_loss / max(group_items, 1):.3f}",
+                            lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
+                            items_s=f"{items_sum / (time.perf_counter() - tic):.0f}")
+            if self.budget is not None and self._budget_spent(time.perf_counter() - tic):
+                break  # stop here; fit() evaluates and checkpoints as at an epoch end
+        bar.close()
+        loss_sum, items_sum = all_reduce_sum([loss_sum, items_sum], self.dist, self.device)
+        self.items_seen += items_sum
+        self.train_seconds += time.perf_counter() - tic
+        return step, loss_sum / max(items_sum, 1.0)
+
+    def _train_step(self, wrapped: nn.Module, group: list) -> tuple[float, float]:
+        """One optimizer step over ``group`` micro-batches; the gradient is the mean over all items."""
+        c = self.config
+        total_loss, total_items = 0.0, 0.0
+        for i, rows in enumerate(group):
+            sync = i == len(group) - 1 or not self.dist.enabled
+            with (nullcontext() if sync else wrapped.no_sync()), self._autocast():
+                loss, items = self.task.loss(wrapped, shard(list(rows), self.dist))
+                # Side channel: auxiliary losses the model's layers recorded in this forward (e.g. MoE
+                # balancing and z-loss; zero for other models), as a per-item mean like the task loss.
+                loss = loss + items * auxiliary_loss(self.model, auxiliary_weights(c))
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(
+                    f"the training loss became {loss.item()} at step {self.optimizer_steps_done() + 1}; "
+                    f"the last good checkpoint is {self.ckpt_dir / 'last.pt'}. Lower --lr, raise --warmup, "
+                    "or enable --grad-clip"
+                )
+            loss.backward()
+            total_loss, total_items = total_loss + loss.item(), total_items + items
+        # Gradients hold Σ loss; DDP averaged them over ranks. Divide by the global item count.
+        global_items = all_reduce_sum([total_items], self.dist, self.device)[0]
+        scale = self.dist.world / max(global_items, 1.0)
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        if c.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total_loss, total_items
+
+    def _budget_spent(self, epoch_seconds: float) -> bool:
+        """Whether the budget is spent after this step; every rank stops at the same step."""
+        spent = self.budget.exhausted(self, self.train_seconds + epoch_seconds)
+        self.stopped_by_budget = all_reduce_sum([float(spent)], self.dist, self.device)[0] > 0
+        return self.stopped_by_budget
+
+    def optimizer_steps_done(self) -> int:
+        return int(getattr(self.scheduler, "last_epoch", 0))
+
+    @torch.no_grad()
+    def _evaluate(self, split: str) -> dict[str, float]:
+        self.model.eval()
+        with self._autocast():
+            records = gather_records(self.task.evaluate(self.eval_model, split), self.dist)
+        self.model.train()
+        return self.task.score(records, split)
+
+    def _finish(self, best: float | None, seconds: float) -> dict[str, Any]:
+        """Evaluate the best checkpoint on the test data, write metrics.json, report.md, curves.png."""
+        best_path = self.ckpt_dir / "best.pt"
+        if best_path.exists():
+            self.model.load_state_dict(load_checkpoint(best_path)["model"])
+        self.model.eval()
+        with self._autocast():
+            final, section = self.task.final_report(self.eval_model, self.out)
+        summary = {
+            "task": self.task.name,
+            "variant": self.config.variant,
+            "epochs": len(self.history),
+            "best_valid": best,
+            "main_metric": self.task.main_metric,
+            "train_seconds": seconds,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "items_per_s": self.items_seen / max(self.train_seconds, 1e-9),
+            "precision": self.precision_used,
+            "precision_reason": self.precision.reason,
+            "utilisation": run_utilisation(self),  # training FLOP/s and MFU (tasks.engine.mfu)
+            "final": final,
+            "history": self.history,
+        }
+        if self.budget is not None:
+            summary["budget"] = {**self.budget.spent(), "stopped_by_budget": self.stopped_by_budget,
+                                 "steps": self.history[-1]["step"] if self.history else 0}
+        if self.main:
+            (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+            plot_curves(self.history, self.task.main_metric, self.out / "curves.png")
+            sections = [section, self._statistics_section(), self._delta_section()]
+            if self.doctor is not None:
+                sections.append(self.doctor.section())
+            write_report(self.out / "report.md", self.config, summary, "\n\n".join(s for s in sections if s))
+        return summary
+
+
+    def _statistics_section(self) -> str:
+        """What the model's layers report about the last evaluation batch (e.g. MoE routing: load per
+        expert, drops, router entropy), one row per layer."""
+        stats = layer_statistics(self.model)
+        if not stats:
+            return ""
+        rows = [{"layer": name, **{key: " ".join(f"{x:.2f}" for x in value) if isinstance(value, list) else value
+                                   for key, value in layer.items()}} for name, layer in stats.items()]
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        return "## Layer statistics (last evaluation batch)\n\n" + markdown_table(rows, columns)
+
+    def _delta_section(self) -> str:
+        """The "what changed" analysis of the trained variant, at the size it was trained."""
+        from zoo.analysis.delta import measure
+        from zoo.analysis.report import render_markdown
+
+        c = self.config
+        if c.variant in getattr(self.task, "reference_models", ()):
+            return "## What changed\n\nA reference model outside the zoo (not a Transformer patch): no delta analysis."
+        try:
+            report = measure(c.variant, self.task.name, c.preset, overrides=self.task.delta_overrides())
+        except Exception as error:  # a reporting failure must not cost the finished training run
+            log.warning("delta analysis failed: %s", error)
+            return f"## What changed\n\nThe delta analysis failed: {error}"
+        return render_markdown(report, heading="##")
+
+
+_UNTIMED_FIELDS = frozenset({"out", "resume", "progress", "epochs", "doctor", "precision", "lr", "warmup"})
+
+
+def auxiliary_weights(config) -> dict[str, float]:
+    """Weights of the auxiliary loss terms the model's layers report (:mod:`core.sidechannels`): each
+    config field ``<term>_weight`` weighs the term ``<term>`` (``balance_weight`` -> ``"balance"``)."""
+    return {f.name.removesuffix("_weight"): getattr(config, f.name)
+            for f in fields(config) if f.name.endswith("_weight")}
+
+
+def _epoch_line(row: dict[str, Any], main_metric: str) -> str:
+    metrics = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k not in ("epoch", "step", "lr", "elapsed_s"))
+    return f"epoch {row['epoch']}: {metrics} ({row['elapsed_s']:.0f} s)"

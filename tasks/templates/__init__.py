@@ -1,2 +1,0 @@
-"""Templates of ``zoo new-variant`` (:mod:`tasks.scaffold`): the files of a plugin folder, as ``string.Template``
-text (``$name`` placeholders), kept as ``.txt`` so that nothing imports or lints them before they are filled."""

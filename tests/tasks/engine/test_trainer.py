@@ -1,0 +1,157 @@
+"""The shared training loop: outputs, exact resume, checkpoint errors, NaN guard, Ctrl-C, torchrun."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tasks.engine.checkpoint import load_checkpoint, save_checkpoint
+from tasks.engine.trainer import NonFiniteLossError, Trainer
+from tests.numerics import assert_close_fp64
+from tests.toy_task import ToyConfig, ToyTask
+
+
+def run(tmp_path, name="run", **kw):
+    config = ToyConfig(out=str(tmp_path / name), progress=False, **kw)
+    trainer = Trainer(ToyTask, config)
+    return trainer, trainer.fit()
+
+
+def test_training_writes_outputs_and_learns(tmp_path):
+    trainer, summary = run(tmp_path, epochs=4)
+    out = tmp_path / "run"
+    for name in ("config.json", "metrics.jsonl", "metrics.json", "report.md", "curves.png",
+                 "checkpoints/last.pt", "checkpoints/best.pt"):
+        assert (out / name).exists(), name
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    assert summary["best_valid"] == min(r["mse"] for r in rows)
+    assert json.loads((out / "config.json").read_text())["epochs"] == 4
+
+
+def test_resume_equals_uninterrupted_run(tmp_path):
+    full, full_summary = run(tmp_path, "full", epochs=4)
+    run(tmp_path, "split", epochs=2)
+    resumed, resumed_summary = run(tmp_path, "split", epochs=4, resume=True)
+    for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b)  # bit for bit on CPU
+    assert [r["mse"] for r in full_summary["history"]] == [r["mse"] for r in resumed_summary["history"]]
+
+
+def test_existing_run_without_resume_is_refused(tmp_path):
+    run(tmp_path, epochs=1)
+    with pytest.raises(ValueError, match="--resume"):
+        run(tmp_path, epochs=1)
+
+
+def test_mismatched_checkpoint_is_refused(tmp_path):
+    run(tmp_path, epochs=1)
+    with pytest.raises(ValueError, match=r"lr: checkpoint 0.01 vs now 0.02"):
+        run(tmp_path, epochs=2, resume=True, lr=0.02)
+
+
+def test_corrupt_and_truncated_checkpoints(tmp_path):
+    run(tmp_path, epochs=1)
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"last\.pt is corrupt or truncated"):
+        load_checkpoint(last)
+    last.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(ValueError, match="corrupt"):
+        run(tmp_path, epochs=2, resume=True)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path):
+    run(tmp_path, epochs=1)
+    state = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
+    assert {"model", "optimizer", "scheduler", "scaler", "rng", "epoch", "step", "config",
+            "package_version"} <= set(state)
+
+
+def test_atomic_save_keeps_old_file_on_failure(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {"model": {}, "config": {}, "value": 1})
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        save_checkpoint(path, {"model": {}, "config": {}, "value": Unpicklable()})
+    assert load_checkpoint(path)["value"] == 1
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    run(tmp_path, epochs=1)  # 8 optimizer steps
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    before = last.read_bytes()
+    original = ToyTask.loss
+
+    def nan_at_third_call(self, model, rows):
+        loss, items = original(self, model, rows)
+        return (loss * float("nan") if self.calls == 3 else loss), items
+
+    monkeypatch.setattr(ToyTask, "loss", nan_at_third_call)
+    with pytest.raises(NonFiniteLossError, match="last good checkpoint"):
+        run(tmp_path, epochs=3, resume=True)
+    assert last.read_bytes() == before
+
+
+def test_keyboard_interrupt_saves_and_resumes_exactly(tmp_path, monkeypatch):
+    full, _ = run(tmp_path, "full", epochs=2)
+    original = ToyTask.loss
+
+    def interrupt_at_step_11(self, model, rows):
+        if self.calls == 10:
+            raise KeyboardInterrupt
+        return original(self, model, rows)
+
+    monkeypatch.setattr(ToyTask, "loss", interrupt_at_step_11)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "split", epochs=2)
+    state = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert (state["epoch"], state["batch_in_epoch"], state["step"]) == (1, 2, 10)
+    monkeypatch.setattr(ToyTask, "loss", original)
+    resumed, _ = run(tmp_path, "split", epochs=2, resume=True)
+    for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_gradient_accumulation_equals_large_batch(tmp_path):
+    # Two consecutive batches of 8 hold the same examples as one batch of 16 (same per-epoch order); the sums
+    # differ in rounding only, so both run in float64.
+    big, _ = run(tmp_path, "big", epochs=2, batch_size=16, dropout=0.0, dtype="float64")
+    acc, _ = run(tmp_path, "acc", epochs=2, batch_size=8, accumulate=2, dropout=0.0, dtype="float64")
+    assert acc.optimizer_steps_done() == big.optimizer_steps_done() == 8
+    for a, b in zip(big.model.state_dict().values(), acc.model.state_dict().values()):
+        assert_close_fp64(b, a)
+
+
+def test_bad_device_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="device"):
+        run(tmp_path, device="tpu")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="torchrun on CPU is exercised on Linux")
+def test_two_processes_match_one_process_on_the_combined_batch(tmp_path):
+    script = Path(__file__).parents[2] / "ddp_worker.py"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3]), "OMP_NUM_THREADS": "1"}
+    single = tmp_path / "single.pt"
+    subprocess.run([sys.executable, str(script), str(tmp_path / "one"), str(single)], check=True, env=env,
+                   timeout=240)
+    double = tmp_path / "double.pt"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    str(script), str(tmp_path / "two"), str(double)], check=True, env=env, timeout=240)
+    one, two = torch.load(single, weights_only=True), torch.load(double, weights_only=True)
+    for key in one["model"]:  # float64 (see ddp_worker.py): the all-reduce sums in another order
+        assert_close_fp64(two["model"][key], one["model"][key])
+    assert one["history"][-1]["train_loss"] == pytest.approx(two["history"][-1]["train_loss"], rel=1e-10)
