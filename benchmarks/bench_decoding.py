@@ -10,7 +10,7 @@ exactly the number of tokens asked for; sources are B × 32 random ids):
    ``mini`` (d 128, 2+2 layers) and ``small`` (d 256, 3+3 layers; skipped with ``--quick``).
    Target: the cache at least 3× faster (ours/peer <= 0.33).
 2. **The cache's buffer vs concatenation**: greedy decoding of 512 and 1,024 tokens at B 8 (``mini``) with
-   :class:`core.multihead.KVCache` (a preallocated buffer that doubles when full: O(L) copying per decode)
+   :class:`core.decoding.KVCache` (a preallocated buffer that doubles when full: O(L) copying per decode)
    against the same cache appending by ``torch.cat`` at every step (what ``KVCache.update`` did before:
    O(L²) copying). Reported, no target.
 3. **Linear attention's recurrent decoding vs softmax with the KV cache** ("Transformers are RNNs",
@@ -49,9 +49,8 @@ from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, relative_iq
 from torch import Tensor, nn
 
 import zoo  # noqa: F401  (registers the "linear" attention kernel)
-from core.decoding import beam_search, greedy_decode
+from core.decoding import KVCache, beam_search, greedy_decode
 from core.model import DecoderCache, build_transformer
-from core.multihead import KVCache
 
 SOURCE_LEN = 32
 CACHE_TARGET = 1 / 3  # section 1: cached / full <= 1/3, i.e. >= 3x faster

@@ -46,9 +46,9 @@ from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, 
 
 import tasks.medseg.task as medseg_task
 from tasks.engine.distributed import DistInfo
-from tasks.medseg.data import Volume
 from tasks.medseg.metrics import CONVENTIONS, case_scores, case_scores_per_convention
 from tasks.medseg.task import MedsegConfig, MedsegTask
+from tasks.medseg.volume import Volume
 
 
 def per_convention(pred: np.ndarray, gt: np.ndarray, num_classes: int, spacing) -> dict:

@@ -13,13 +13,15 @@ the rename each file here is given the mode an ordinary ``open()`` gives, 0666 m
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 _UMASK_LOCK = threading.Lock()
 
@@ -68,6 +70,35 @@ def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> Path:
     with atomic_open(path, fsync=fsync) as f:
         f.write(text)
     return Path(path)
+
+
+def write_json_atomic(path: str | Path, data: Any, fsync: bool = False) -> Path:
+    """Write ``data`` as indented JSON (a final newline) to ``path`` atomically."""
+    return write_text_atomic(path, json.dumps(data, indent=2) + "\n", fsync=fsync)
+
+
+def write_folder_atomic(root: str | Path, fill: Callable[[Path], None], is_complete: Callable[[Path], bool]) -> Path:
+    """Create folder ``root`` whole or not at all: ``fill(tmp)`` writes it into a temporary sibling, which then
+    replaces ``root`` (an outdated ``root`` is moved aside first and removed). If the rename fails because a
+    concurrent writer just put a folder there, that folder is kept when ``is_complete(root)`` says it is whole.
+    """
+    root = Path(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_folder(root.parent, f".{root.name}.tmp-")  # an ordinary folder's mode, not mkdtemp's 0700
+    stale = root.with_name(f"{tmp.name}.stale")
+    try:
+        fill(tmp)
+        if root.exists():  # an outdated folder: moved aside so that the rename below can happen
+            os.replace(root, stale)
+        try:
+            os.replace(tmp, root)
+        except OSError:
+            if not is_complete(root):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(stale, ignore_errors=True)
+    return root
 
 
 def temporary_folder(parent: str | Path, prefix: str) -> Path:

@@ -75,7 +75,7 @@ class RecurrentKernel(AttentionKernel):
         Args:
             q, k, v: the new positions only, ``(B, H, n, Dh)`` (``Dv`` for ``v``); the first step starts the
                 sequence. Position schemes acting on q and k (RoPE) are already applied.
-            cache: the layer's :class:`~core.multihead.KVCache`; read and replace ``cache.state`` (a tuple of
+            cache: the layer's :class:`~core.decoding.KVCache`; read and replace ``cache.state`` (a tuple of
                 batch-first tensors, ``None`` before the first step, reordered along the batch by beam search).
                 Its keys/values stay empty and the caller counts the positions.
 

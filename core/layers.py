@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from core.decoding import KVCache
 from core.errors import check_probability
 from core.ffn import apply_ffn
-from core.multihead import KVCache
 
 NormFactory = Callable[[int], nn.Module]
 

@@ -1,4 +1,4 @@
-"""Multi-head attention (Vaswani et al. 2017, §3.2.2) with an injectable kernel and a key/value cache.
+"""Multi-head attention (Vaswani et al. 2017, §3.2.2) with an injectable kernel.
 
 MultiHead(Q, K, V) = Concat(head₁..head_h) Wᴼ, headᵢ = Attention(Q·Wᵢ^Q, K·Wᵢ^K, V·Wᵢ^V).
 
@@ -16,104 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
 from core.attention import AttentionKernel, RecurrentKernel, ScaledDotProductAttention
+from core.decoding import KVCache
 from core.errors import check_positive
 from core.masks import check_mask
 from core.position import PositionalScheme
-
-
-class KVCache:
-    """Keys and values already computed by one attention layer during incremental decoding.
-
-    For self-attention each step appends the new positions; for cross-attention (``static=True``) the
-    encoder memory's keys and values are computed at the first step and reused afterwards. A
-    :class:`~core.attention.RecurrentKernel` (e.g. linear attention) stores no keys/values: it keeps a fixed-size
-    summary of the past in ``state`` (a tuple of batch-first tensors) and ``state_length`` counts its positions.
-
-    The appended keys/values are written into a preallocated buffer that doubles when full, so a decode of
-    L tokens copies O(L) key/value rows in all (appending by concatenation copies the whole cache at every
-    step: O(L²)). ``k`` and ``v`` are views of the buffer's filled part.
-
-    Args:
-        static: store the first keys/values and return them at every later step (cross-attention).
-        capacity: positions to allocate at the first append (at least as many as it brings); the buffer
-            doubles whenever an append would overflow it.
-
-    Shape: ``k``, ``v`` ``(B, H, N, Dh)`` with N = :attr:`length` positions cached so far.
-    """
-
-    def __init__(self, static: bool = False, capacity: int = 64) -> None:
-        check_positive("capacity", capacity)
-        self.static, self.capacity = static, capacity
-        self._k: Tensor | None = None  # (B, H, C, Dh) buffer, C >= length; static: exactly the stored keys
-        self._v: Tensor | None = None
-        self._length = 0
-        self.state: tuple[Tensor, ...] | None = None
-        self.state_length = 0
-
-    @property
-    def k(self) -> Tensor | None:
-        return self._k if self._k is None or self.static else self._k[..., : self._length, :]
-
-    @property
-    def v(self) -> Tensor | None:
-        return self._v if self._v is None or self.static else self._v[..., : self._length, :]
-
-    @property
-    def length(self) -> int:
-        return self.state_length if self._k is None else self._length
-
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store (static) or append (self-attention) the new keys/values ``(B, H, n, Dh)``; return all cached."""
-        n = k.shape[-2]
-        if self.static:
-            self._k, self._v, self._length = k, v, n
-            return k, v
-        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-            return self._concatenate(k, v)
-        if self._k is None:
-            self._k, self._v = self._allocate(k, n), self._allocate(v, n)
-        elif self._length + n > self._k.shape[-2]:
-            self._k, self._v = self._grow(self._k, self._length + n), self._grow(self._v, self._length + n)
-        end = self._length + n
-        self._k[..., self._length : end, :], self._v[..., self._length : end, :] = k, v
-        self._length = end
-        return self.k, self.v
-
-    def _concatenate(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append by concatenation, for a decode that autograd records: its backward needs the keys/values
-        each step attended unchanged, and a write into the shared buffer would modify them in place."""
-        self._k, self._v = (k, v) if self._k is None else (torch.cat((self.k, k), -2), torch.cat((self.v, v), -2))
-        self._length = self._k.shape[-2]
-        return self._k, self._v
-
-    def _allocate(self, like: Tensor, n: int) -> Tensor:
-        return like.new_empty(*like.shape[:-2], max(n, self.capacity), like.shape[-1])  # (B, H, C, Dh)
-
-    def _grow(self, buffer: Tensor, needed: int) -> Tensor:
-        """A buffer of max(needed, twice the old size) positions holding the filled part of ``buffer``."""
-        bigger = buffer.new_empty(*buffer.shape[:-2], max(needed, 2 * buffer.shape[-2]), buffer.shape[-1])
-        bigger[..., : self._length, :] = buffer[..., : self._length, :]
-        return bigger
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows in ``index`` (beam search reorders hypotheses every step).
-
-        Only the filled part is copied; with as many rows as before, the buffer is rewritten in place.
-        """
-        if self._k is not None:
-            if self.static or self._k.requires_grad or index.numel() != self._k.shape[0]:
-                self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
-            else:
-                for buffer in (self._k, self._v):
-                    buffer[..., : self._length, :] = buffer[..., : self._length, :].index_select(0, index)
-        if self.state is not None:
-            self.state = tuple(t.index_select(0, index) for t in self.state)
 
 
 class MultiHeadAttention(nn.Module):

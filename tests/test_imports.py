@@ -1,5 +1,20 @@
-"""Every module of core/, zoo/ and tasks/ imports; the top-level imports among them form no cycle; and the layers
-import one way only (tasks → zoo → core)."""
+"""Every module of core/, zoo/ and tasks/ imports; the imports among them — inside functions too, since an import
+made on call is an import — form no cycle; and the floors of the house import one way only, downwards:
+
+    zoo (the package's front door: zoo.create, zoo.load_run)
+    tasks.cli                                   the `zoo` command
+    tasks.lab                                   the lessons
+    tasks.translation, tasks.cifar, tasks.medseg   the task runners
+    tasks.compare, tasks.plugins, tasks.doctor  comparisons, plugins, the doctor on runs
+    tasks.runs                                  a finished run: its folder, loading, evaluation, export
+    tasks.engine                                Task, trainer, config, checkpoints, precision
+    zoo.analysis                                delta, attribution, probes, counterpart, the doctor's checks
+    zoo.*                                       registry, classic, vision base, the variants
+    core                                        the classic Transformer and the utilities every floor uses
+
+Packages on one floor of tasks/ do not import each other (a fourth task runner needs none of the three).
+Imports under ``if TYPE_CHECKING:`` are annotations, never run, and are not counted.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +25,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("core", "zoo", "tasks")  # each may import only the layers before it
+LAYERS = ("core", "zoo", "tasks")
+# (package prefix, floor): a module may import modules on lower floors, and its own package on its own floor
+FLOORS = (
+    ("core", 0), ("zoo.analysis", 2), ("zoo", 1),
+    ("tasks.engine", 3), ("tasks.runs", 4),
+    ("tasks.compare", 5), ("tasks.plugins", 5), ("tasks.doctor", 5),
+    ("tasks.translation", 6), ("tasks.cifar", 6), ("tasks.medseg", 6),
+    ("tasks.lab", 7), ("tasks.cli", 8),
+)
+FACADE, TOP = "zoo", 9  # zoo/__init__.py: what users import; nothing in the project imports it
 
 
 def _module_name(path: Path) -> str:
@@ -62,9 +86,34 @@ def top_level_imports(module: str, source: str | None = None) -> set[str]:
 
 
 def all_imports(module: str, source: str | None = None) -> set[str]:
-    """Project modules ``module`` imports anywhere, including inside functions (imports made on call)."""
-    nodes = ast.walk(ast.parse(MODULES[module].read_text() if source is None else source))
-    return {name for node in nodes if isinstance(node, ast.Import | ast.ImportFrom) for name in _imported(node, module)}
+    """Project modules ``module`` imports anywhere, including inside functions (imports made on call); not those
+    under ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.update(_imported(node, module))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(MODULES[module].read_text() if source is None else source))
+    return found - {module}
+
+
+def floor(module: str) -> tuple[str, int]:
+    """The package and floor of ``module`` (see the module docstring)."""
+    if module == FACADE:
+        return FACADE, TOP
+    if module == "tasks":  # the package's own __init__.py, empty
+        return "tasks", 0
+    for prefix, level in FLOORS:
+        if module == prefix or module.startswith(prefix + "."):
+            return prefix, level
+    raise AssertionError(f"{module} is on no floor: add its package to FLOORS")
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -118,24 +167,46 @@ def test_the_import_reader_sees_module_level_imports_only():
     # read as if it were zoo/linear/kernel.py: `.` is zoo.linear, `..` is zoo
     assert top_level_imports("zoo.linear.kernel", SOURCE) == {
         "core.masks", "zoo.classic", "zoo.linear.feature_maps", "zoo.registry", "core.position"}
-    assert all_imports("zoo.linear.kernel", SOURCE) - top_level_imports("zoo.linear.kernel", SOURCE) == {
-        "core.ffn", "tasks.engine.config"}
+    # inside a function: counted; under TYPE_CHECKING: an annotation, never run
+    assert all_imports("zoo.linear.kernel", SOURCE) - top_level_imports("zoo.linear.kernel", SOURCE) == {"core.ffn"}
 
 
-def test_no_import_cycle_among_project_modules():
-    graph = {module: top_level_imports(module) for module in MODULES}
+def test_no_import_cycle_among_project_modules_counting_imports_on_call():
+    graph = {module: all_imports(module) for module in MODULES}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_layers_import_one_way():
-    """core never imports zoo or tasks (not even on call); zoo never imports tasks at import time."""
+def test_the_import_reader_sees_imports_on_call_but_not_annotations():
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tasks.engine.task import Task\n" \
+             "def f():\n    from tasks.runs.run import load_run\n"
+    assert all_imports("zoo.registry", source) == {"tasks.runs.run"}
+
+
+def floor_violations(graph: dict[str, set[str]]) -> list[str]:
     wrong = []
-    for module in MODULES:
-        layer = LAYERS.index(module.split(".")[0])
-        imports = all_imports(module) if layer == 0 else top_level_imports(module)
-        wrong += [f"{module} -> {name}" for name in sorted(imports) if LAYERS.index(name.split(".")[0]) > layer]
-    assert not wrong, "imports against the layering (tasks -> zoo -> core): " + ", ".join(wrong)
+    for module, imports in graph.items():
+        package, level = floor(module)
+        for name in sorted(imports):
+            their_package, their_level = floor(name)
+            if their_level > level or (their_level == level and their_package != package and level >= 3):
+                wrong.append(f"{module} -> {name}")
+    return wrong
+
+
+def test_the_floor_check_catches_an_import_upwards_and_between_siblings():
+    assert floor_violations({"zoo.registry": {"tasks.runs.run"}}) == ["zoo.registry -> tasks.runs.run"]
+    assert floor_violations({"tasks.cifar.task": {"tasks.translation.task"}}) == [
+        "tasks.cifar.task -> tasks.translation.task"]
+    assert floor_violations({"tasks.cli.main": {"zoo"}}) == ["tasks.cli.main -> zoo"]  # the front door is on top
+    assert floor_violations({"zoo.deit.model": {"zoo.vit.model"}}) == []  # a variant may build on another
+
+
+def test_floors_import_one_way_counting_imports_on_call():
+    """Arrows point down: cli -> lab -> task runners -> compare/plugins/doctor -> runs -> engine -> zoo.analysis
+    -> zoo -> core, and only the front door (zoo.load_run) reaches up into tasks."""
+    wrong = floor_violations({module: all_imports(module) for module in MODULES})
+    assert not wrong, "imports against the floors (see tests/test_imports.py): " + ", ".join(wrong)
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

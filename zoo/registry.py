@@ -216,6 +216,29 @@ class Variant:
         return reverts
 
 
+def change_markdown(change: Change, heading: str = "#") -> str:
+    """One change as a Markdown section, a level below ``heading``: its part (and name), scope, the classic
+    choice, the variant's, why, and the parts it resizes or also changes. The text ``zoo diff`` shows."""
+    title = change.part if change.name == change.part else f"{change.part}: {change.name}"
+    lines = [f"{heading}# {title} ({change.scope})", "",
+             f"The classic model uses {change.classic}; this variant uses {change.variant}. Why: {change.flaw}.", ""]
+    resized = [f"{part} ({how})" for part, how in change.resizes.items()]
+    if resized:
+        lines += [f"It also sets the size of: {'; '.join(resized)}. These follow from it and are reverted with it, "
+                  "so they are not changes of their own: they are measured as this change's lines, and the other "
+                  "changes are measured at these sizes.", ""]
+    also = [f"{part} ({how})" for part, how in change.also_in.items()]
+    if also:
+        lines += [f"The same change in another part: {'; '.join(also)}.", ""]
+    return "\n".join(lines)
+
+
+def changes_markdown(variant: Variant, heading: str = "#") -> str:
+    """Every declared change of ``variant`` (:func:`change_markdown`), in the order the story tells them: the one
+    place a variant's changes are written out, which docstrings point to instead of restating them."""
+    return "\n".join(change_markdown(change, heading) for change in variant.changes)
+
+
 # name -> its registrations; one name may be registered once per set of tasks (e.g. a linear-attention
 # "lite" model is a Transformer for translation and a ViT for images).
 _REGISTRY: dict[str, list[Variant]] = {}
@@ -241,9 +264,8 @@ def register(variant: Variant) -> Variant:
     tagged (``zoo_part``, :mod:`core.parts`); ``changes`` declare every part where it differs from its classic
     counterpart (the model it ``builds_on`` at the same preset, with every ``revert`` applied: see
     :mod:`zoo.analysis.counterpart`), every config field where it differs is restored by a revert, and each revert
-    brings
-    the classic modules of its part back; ``example_input(config, shape)`` gives inputs of a task's size
-    (``zoo.analysis.delta.TASK_SHAPES``).
+    brings the classic modules of its part back; ``example_input(config, shape)`` gives inputs of a task's size
+    (the task runner's ``delta_shape``, a :class:`zoo.analysis.delta.TaskShape`).
 
     Args:
         variant: the variant; one name may be registered once per set of tasks (the same patch on the

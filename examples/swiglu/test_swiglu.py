@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.plugins.check import check_variant, render
-from tasks.plugins.loader import load_user_dir
+from tasks.plugins import check_variant, load_user_dir, render
 
 
 @pytest.mark.parametrize("preset", ["tiny"])  # add presets here; zoo check runs every one

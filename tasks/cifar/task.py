@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.errors import check_bool, check_int, check_number, check_positive, check_probability, unknown_name
+from core.tables import markdown_table
+from tasks.cifar import paired
 from tasks.cifar.augment import (
     POLICIES,
     apply_policy,
@@ -64,7 +67,8 @@ from tasks.engine.config import TrainConfig
 from tasks.engine.distributed import shard
 from tasks.engine.task import Task
 from tasks.runs.records import split_hash, write_records
-from tasks.runs.report import markdown_table
+from zoo.analysis.delta import TaskShape
+from zoo.analysis.doctor import Batch, entropy
 
 SPLIT_SEED = 0  # the held-out validation images do not move with --seed, so seeds are compared on one split
 # what run.json's preprocessing holds (see CifarTask.preprocessing); "source" is informative only
@@ -163,6 +167,27 @@ class CifarTask(Task):
     extra_columns = (("test", "macro_f1", "macro-F1"),)
     eval_splits = ("test", "valid")
     reference_models = REFERENCE_MODELS
+    delta_shape = TaskShape("cifar", None, {"batch": 1, "image_size": 32, "in_channels": 1, "num_classes": 10},
+                            ("image_size",), "one 32×32 single-channel image (the embedded Fashion-MNIST, padded)",
+                            tokens_per_grow=2, config_keys=("image_size", "in_channels", "num_classes"))
+    predict_options = ("attention",)
+
+    @classmethod
+    def paired_metrics(cls, info: dict[str, Any]) -> list:
+        return paired.paired_metrics(info)
+
+    def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch:
+        """The first ``n`` images of ``split``, normalised as the model saw them, and their labels."""
+        if split not in self.labels:
+            raise ValueError(f"the cifar data has no {split!r} split (it has: {', '.join(self.labels)})")
+        images = self.images.get(split)
+        if images is None:  # a restored run keeps its training images on the CPU side only
+            images = torch.from_numpy(self.arrays[split][0]).to(self.device)
+        return Batch((self.inputs(images[:n]),), self.labels[split][:n], "classification")
+
+    def target_entropy(self, n: int = 5000) -> float:
+        """Entropy of the training labels' frequencies."""
+        return entropy(Counter(self.labels["train"].tolist()))
 
     # --- data ----------------------------------------------------------------------------------------
     def setup(self) -> None:

@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 
 from zoo.analysis.doctor.findings import SEVERITIES
+from zoo.analysis.doctor.render import write_diagnosis
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -37,9 +38,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     if args.run is not None:
         out = Path(args.out or Path(args.run) / "doctor")
     else:
-        import zoo
+        from zoo.registry import get_variant
 
-        task = args.task or zoo.get_variant(args.variant).tasks[0]
+        task = args.task or get_variant(args.variant).tasks[0]
         suffix = f"-{args.lab_mistake}" if args.lab_mistake else ""
         out = Path(args.out or f"runs/doctor/{args.variant}-{task}{suffix}")
     if out.exists() and not out.is_dir():
@@ -55,7 +56,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     else:
         diagnosis = doctor_variant(args.variant, args.task, args.preset, parse_assignments(args.model_set),
                                    args.lab_mistake, args.device, args.batch_size, args.seed)
-    files = diagnosis.write(out, figures=not args.no_figures)
+    files = write_diagnosis(diagnosis, out, figures=not args.no_figures)
     print(f"zoo doctor: {diagnosis.context.get('source')}")
     print(diagnosis.table())
     figures = [f for f in files if f.endswith(".png")]

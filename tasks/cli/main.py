@@ -18,12 +18,12 @@ def variant_rows(task: str | None = None) -> list[dict]:
     """One row per registered variant: paper, parts changed, tasks, parameters per preset."""
     import torch
 
-    import zoo
+    from zoo.registry import list_variants
 
     rows = []
     from zoo.registry import registrations
 
-    for variant in [v for n in zoo.list_variants(task) for v in registrations(n)]:  # a name may serve several tasks
+    for variant in [v for n in list_variants(task) for v in registrations(n)]:  # a name may serve several tasks
         if task is not None and task not in variant.tasks:
             continue
         name = variant.name
@@ -74,10 +74,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
+    from tasks.engine.registry import task_shape
     from zoo.analysis.delta import measure
     from zoo.analysis.report import render_markdown
+    from zoo.registry import get_variant
 
-    report = measure(args.variant, args.task, args.preset)
+    report = measure(args.variant, task_shape(args.task or get_variant(args.variant).tasks[0]), args.preset)
     print(json.dumps(report, indent=2) if args.format == "json" else render_markdown(report))
     return 0
 
@@ -85,11 +87,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _cmd_params(args: argparse.Namespace) -> int:
     import torch
 
-    import zoo
     from core.accounting import article_estimate, classic_parameters
     from core.parts import parameters_by_part
+    from zoo.registry import get_variant
 
-    variant = zoo.get_variant(args.variant)
+    variant = get_variant(args.variant)
     preset = args.preset or variant.default_preset
     config = variant.config(preset)
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost

@@ -12,15 +12,11 @@ import importlib
 import sys
 from pathlib import Path
 
-# --option -> the tasks that take it (besides the shared --out, --device, --checkpoint, --batch-size)
-PREDICT_OPTIONS: dict[str, tuple[str, ...]] = {
-    "beam_size": ("translation",),
-    "temperature": ("translation",),
-    "top_k": ("translation",),
-    "top_p": ("translation",),
-    "attention": ("cifar",),
-    "labels": ("medseg",),
-}
+from tasks.engine.registry import TASKS, task_class
+
+# the options of `zoo predict` that a task may take (Task.predict_options), besides the shared --out, --device,
+# --checkpoint and --batch-size
+PREDICT_OPTIONS = ("beam_size", "temperature", "top_k", "top_p", "attention", "labels")
 
 
 def _load(args: argparse.Namespace):
@@ -39,7 +35,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tasks.runs.evaluate import evaluate_run
     from tasks.runs.report import summary_lines
 
-    if args.pred is not None or args.labels is not None or (args.run == "medseg" and not Path(args.run).is_dir()):
+    if args.pred is not None or args.labels is not None or (args.run in TASKS and not Path(args.run).is_dir()):
         return _evaluate_folders(args)
     run = _load(args)
     metrics, out = evaluate_run(run, args.data, args.split, args.out)
@@ -52,28 +48,26 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate_folders(args: argparse.Namespace) -> int:
-    """``zoo evaluate medseg --pred DIR --labels DIR``: two folders of label maps, no run."""
-    if args.run != "medseg" or args.pred is None or args.labels is None:
-        raise ValueError("score two folders of NIfTI label maps with `zoo evaluate medseg --pred DIR --labels DIR`; "
-                         "to re-score a run, give its folder: `zoo evaluate RUN`")
-    from tasks.medseg.folder_eval import score_folders
-
-    _, out, lines = score_folders(args.pred, args.labels, args.dataset_json, args.out, chill=args.chill)
+    """``zoo evaluate TASK --pred DIR --labels DIR``: two folders of predictions, no run (``Task.score_folders``)."""
+    if args.run not in TASKS or args.pred is None or args.labels is None:
+        raise ValueError("score two folders of predictions with `zoo evaluate TASK --pred DIR --labels DIR` (e.g. "
+                         "medseg's NIfTI label maps); to re-score a run, give its folder: `zoo evaluate RUN`")
+    lines = task_class(args.run).score_folders(args.pred, args.labels, args.dataset_json, args.chill, args.out)
     print("\n".join(lines))
-    print(f"outputs in {out}/ (summary.json: nnU-Net's; metrics.json: both HD95 conventions)")
     return 0
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     run = _load(args)
     options = {}
-    for name, tasks in PREDICT_OPTIONS.items():
+    for name in PREDICT_OPTIONS:
         value = getattr(args, name)
         if value is None:
             continue
-        if run.task.name not in tasks:
+        if name not in run.task.predict_options:
             flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} is an option of {', '.join(tasks)} runs; {args.run} is a {run.task.name} run")
+            takers = [task for task in TASKS if name in task_class(task).predict_options]
+            raise ValueError(f"{flag} is an option of {', '.join(takers)} runs; {args.run} is a {run.task.name} run")
         options[name] = value
     if args.batch_size is not None:
         options["batch_size"] = args.batch_size
@@ -84,7 +78,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from tasks.runs.run import WEIGHTS_FILE, export_run
+    from tasks.runs.export import export_run
+    from tasks.runs.run import WEIGHTS_FILE
 
     out = export_run(args.run, args.out, args.format, args.checkpoint)
     print(f"exported {args.run} ({args.checkpoint}) to {out}/ ({WEIGHTS_FILE}, run.json); load it with "

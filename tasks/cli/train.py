@@ -15,11 +15,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from tasks.engine.config import config_from_args
     from tasks.engine.trainer import NonFiniteLossError, Trainer
     from tasks.runs.report import summary_lines
+    from tasks.runs.training import callbacks_for
 
     cls = task_class(args.task)
     config = config_from_args(cls.config_class, args)
     config.check_paths()  # an --out or --data that is a file fails here, not after the data has loaded
-    trainer = Trainer(cls, config)
+    trainer = Trainer(cls, config, callbacks=callbacks_for(config))
     try:
         summary = trainer.fit()
     except KeyboardInterrupt:

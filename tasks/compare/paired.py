@@ -57,6 +57,7 @@ from tasks.compare.stats import (
     verdict,
     wilcoxon_test,
 )
+from tasks.engine.registry import task_class
 
 RESAMPLES = 1000  # bootstrap resamples of the test set (sacreBLEU's default for paired_bs); smallest p 2/1001
 FLIPS = 10_000  # sign-flip randomisations
@@ -86,122 +87,29 @@ class PairedMetric:
     role: str = "headline"  # headline (ranks the variants), secondary, or per-class
     unit: str = ""  # shown after the title in the report, e.g. "voxels"
 def example_ids(records: list[dict]) -> list:
-    """The identity of each example (translation/cifar ``id``, medseg ``case``): runs pair on these."""
+    """The identity of each example (its record's ``id``, or ``case`` for a volume): runs pair on these."""
     return [r.get("id", r.get("case")) for r in records]
 
 
-# --- the metrics of each task ----------------------------------------------------------------------
-def _bleu():
-    from sacrebleu.metrics import BLEU
-
-    return BLEU(force=True)  # as tasks.translation.metrics.translation_metrics scores the corpus
-
-
-def _bleu_stats(records: list[dict], info: dict) -> np.ndarray:
-    hyps, refs = [r["greedy"] for r in records], [r["reference"] for r in records]
-    return np.asarray(_bleu()._extract_corpus_statistics(hyps, [refs]), dtype=np.float64)  # (n, 2 + 2·4)
-
-
-def _bleu_score(sums: np.ndarray) -> np.ndarray:
-    bleu = _bleu()
-    return np.array([bleu._compute_score_from_stats(row).score for row in np.atleast_2d(sums)])
-
-
-def _correct_stats(records: list[dict], info: dict) -> np.ndarray:
-    return np.array([[float(r["label"] == r["prediction"]), 1.0] for r in records])  # (n, 2): right, counted
-
-
-def _mean_score(sums: np.ndarray) -> np.ndarray:
+# --- building blocks of the tasks' metrics (Task.paired_metrics) ------------------------------------------
+def mean_score(sums: np.ndarray) -> np.ndarray:
+    """The first column of the summed statistics over the second: a fraction (right / counted)."""
     sums = np.atleast_2d(sums)
     with np.errstate(invalid="ignore", divide="ignore"):
         return sums[:, 0] / sums[:, 1]
 
 
-def _first_column(stats: np.ndarray) -> np.ndarray:
+def first_column(stats: np.ndarray) -> np.ndarray:
+    """Per example, the first statistic where the example counts (NaN elsewhere): the value a test pairs."""
     return np.where(stats[:, 1] > 0, stats[:, 0], np.nan)
 
 
-def _confusion_stats(records: list[dict], info: dict) -> np.ndarray:
-    k = len(info["preprocessing"]["class_names"])
-    out = np.zeros((len(records), k * k))  # one-hot cell (label, prediction) of each image
-    out[np.arange(len(records)), [r["label"] * k + r["prediction"] for r in records]] = 1.0
-    return out
-
-
-def _macro_f1(sums: np.ndarray) -> np.ndarray:
-    """Macro-F1 over all K classes from summed confusion cells, as scikit-learn's report with ``labels`` = all
-    classes and ``zero_division=0`` (a class neither labelled nor predicted counts as F1 0)."""
-    sums = np.atleast_2d(sums)
-    k = int(round(sums.shape[1] ** 0.5))
-    cm = sums.reshape(-1, k, k)  # (B, true, predicted)
-    tp = np.diagonal(cm, axis1=1, axis2=2)  # (B, K)
-    denominator = cm.sum(2) + cm.sum(1)  # 2·tp + fp + fn per class
-    f1 = np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)
-    return f1.mean(1)
-
-
-def _organ_stats(field: str, organs: list[str]) -> Callable[[list[dict], dict], np.ndarray]:
-    """Per case, each organ's ``field`` (dice/hd95, in the run's headline convention; 0 where not scored) and
-    whether it was scored. Summed over cases and scored by :func:`_organ_mean_score` they give the mean over
-    organs of each organ's mean over the cases that score it, NaN left out: the runs' metrics.json headline
-    (:func:`tasks.medseg.metrics.summarise`), in either HD95 convention."""
-
-    def stats(records: list[dict], info: dict) -> np.ndarray:
-        convention = info["config"].get("hd95", "papers")
-        out = np.zeros((len(records), 2 * len(organs)))  # (n, 2·organs): value, scored of each organ
-        for i, r in enumerate(records):
-            for j, organ in enumerate(organs):
-                value = r[convention].get(organ, {}).get(field)
-                if value is not None:  # None: NaN in the record (an organ absent from both masks under "mm")
-                    out[i, 2 * j : 2 * j + 2] = value, 1.0
-        return out
-
-    return stats
-
-
-def _organ_mean_score(sums: np.ndarray) -> np.ndarray:
-    sums = np.atleast_2d(sums)  # (B, 2·organs)
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an organ no case scores is left out; none left: NaN
-        return np.nanmean(sums[:, 0::2] / sums[:, 1::2], axis=1)
-
-
-def _case_mean_value(stats: np.ndarray) -> np.ndarray:
-    """A case's mean over the organs it has a score for (NaN: none): the per-case value the Wilcoxon test
-    pairs and the per-case plot shows. Its mean over cases is the headline only when every case scores
-    every organ (the papers' convention); the headline itself is :func:`_organ_mean_score`."""
-    scored = stats[:, 1::2].sum(1)
-    return np.where(scored > 0, stats[:, 0::2].sum(1) / np.maximum(scored, 1), np.nan)
-
 
 def task_metrics(task: str, info: dict, splits: set[str]) -> list[PairedMetric]:
-    """The metrics a comparison of ``task`` tests, given a run's run.json ``info`` and the ``splits`` every run
-    of the comparison has records of (a metric of a missing split is left out)."""
-    if task == "translation":
-        metrics = [PairedMetric("bleu", "BLEU", "test", True, "paired_bs", _bleu_stats, _bleu_score),
-                   PairedMetric("long_bleu", "long BLEU", "test_long", True, "paired_bs", _bleu_stats, _bleu_score,
-                                role="secondary")]
-    elif task == "cifar":
-        metrics = [PairedMetric("top1", "top-1", "test", True, "mcnemar", _correct_stats, _mean_score,
-                                _first_column),
-                   PairedMetric("macro_f1", "macro-F1", "test", True, "bootstrap", _confusion_stats, _macro_f1,
-                                role="secondary")]
-    elif task == "medseg":
-        unit = "voxels" if info["config"].get("hd95", "papers") == "papers" else "mm"
-        organs = info["preprocessing"]["class_names"][1:]
-        metrics = [PairedMetric("dice", "Dice", "test", True, "wilcoxon", _organ_stats("dice", organs),
-                                _organ_mean_score, _case_mean_value),
-                   PairedMetric("hd95", "HD95", "test", False, "wilcoxon", _organ_stats("hd95", organs),
-                                _organ_mean_score, _case_mean_value, role="secondary", unit=unit)]
-        for organ in organs:
-            for field, title, higher in (("dice", "Dice", True), ("hd95", "HD95", False)):
-                metrics.append(PairedMetric(f"{organ}/{field}", f"{organ} {title}", "test", higher, "wilcoxon",
-                                            _organ_stats(field, [organ]), _organ_mean_score, _case_mean_value,
-                                            role="per-class", unit=unit if field == "hd95" else ""))
-    else:
-        from core.errors import unknown_name
-
-        raise unknown_name("task with paired metrics", task, ("translation", "cifar", "medseg"))
+    """The metrics a comparison of ``task`` tests (its runner's :meth:`~tasks.engine.task.Task.paired_metrics`),
+    given a run's run.json ``info`` and the ``splits`` every run of the comparison has records of (a metric of a
+    missing split is left out)."""
+    metrics = task_class(task).paired_metrics(info)
     if "test" not in splits:
         raise ValueError(f"the runs have no records of the test split (they have: {', '.join(sorted(splits))}); "
                          "evaluate them with `zoo evaluate RUN` first")

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.tables import markdown_table
 from tasks.compare.paired import OTHER_TESTS
 from tasks.compare.stats import MIN_SEEDS
 from tasks.runs.records import _plain
-from tasks.runs.report import markdown_table
 
 COST_LINE = ("- Cost: GFLOPs = forward FLOPs of one input at the task's size (zoo diff's counter: 2·MACs of "
              "matmuls, convolutions and attention); steps = optimizer steps; train TFLOPs (FLOP budgets) = 3 × "

@@ -31,7 +31,6 @@ from typing import Any
 
 import torch
 
-import zoo
 from core.errors import check_positive
 from tasks.compare.paired import describe_test, paired_statistics, task_metrics
 from tasks.compare.report import write_comparison
@@ -39,9 +38,11 @@ from tasks.compare.run_results import RunResult, check_pairable, group_by_varian
 from tasks.compare.stats import check_alpha
 from tasks.engine.budget import parse_budget
 from tasks.engine.config import check_folder
-from tasks.engine.registry import task_class
+from tasks.engine.registry import task_class, task_shape
+from tasks.runs.training import train
 from zoo.analysis.counterpart import Counterpart, Difference, counterpart
 from zoo.analysis.delta import measured_at
+from zoo.registry import get_variant, list_variants
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,8 @@ def counterpart_of(task_name: str, variant: str, preset: str | None = None,
     """
     if variant in getattr(task_class(task_name), "reference_models", ()):
         return None
-    registration = zoo.get_variant(variant, task_name)
-    return counterpart(registration, task_name, *measured_at(registration, task_name, preset, model))
+    registration = get_variant(variant, task_name)
+    return counterpart(registration, task_name, *measured_at(registration, task_shape(task_name), preset, model))
 
 
 def refuse_undeclared(task_name: str, entries: list[Entry], preset: str | None, model: dict[str, Any]) -> None:
@@ -122,7 +123,6 @@ def refuse_undeclared(task_name: str, entries: list[Entry], preset: str | None, 
 def train_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, budget: str = "epochs=2",
                   **config: Any) -> dict[str, list[RunResult]]:
     """Train every entry ``seeds`` times (seeds 0..seeds-1) under ``budget``; the finished runs per entry."""
-    from tasks.engine.trainer import Trainer
 
     check_positive("seeds", seeds)
     check_folder("--out", out, "a folder for the runs and the report")
@@ -137,29 +137,29 @@ def train_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, b
                                              "out": str(run_dir)})
             run_config.check_paths()
             log.info("== %s, seed %d ==", entry.label, seed)
-            Trainer(cls, run_config, parse_budget(budget)).fit()  # a fresh budget per run: it counts what it spends
+            train(cls, run_config, parse_budget(budget))  # a fresh budget per run: it counts what it spends
             groups.setdefault(entry.label, []).append(read_result(run_dir))
     return groups
 
 
 def forward_flops(task_name: str, task, model: torch.nn.Module, variant: str) -> int:
     """Forward FLOPs of ``model`` at the task's input size (zoo diff's counter and shape)."""
-    from zoo.analysis.delta import TASK_SHAPES, module_flops
+    from zoo.analysis.delta import module_flops
 
-    spec = TASK_SHAPES[task_name]
+    spec = task_shape(task_name)
     if variant in getattr(task, "reference_models", ()):  # e.g. the CNN row of the cifar task
         shape = {**spec.shape, **task.delta_overrides()}
         inputs = (torch.zeros(1, shape["in_channels"], shape["image_size"], shape["image_size"]),)
     else:
         config = task.model_config
-        inputs = zoo.get_variant(variant, task_name).example_input(config, spec.for_config(config))
+        inputs = get_variant(variant, task_name).example_input(config, spec.for_config(config))
     return module_flops(model.cpu(), inputs)[1]
 
 
 def parts_changed(task_name: str, task, variant: str) -> str:
     if variant in getattr(task, "reference_models", ()):
         return "(reference model, not a patch)"
-    return ", ".join(zoo.get_variant(variant, task_name).parts_changed) or "(base)"
+    return ", ".join(get_variant(variant, task_name).parts_changed) or "(base)"
 
 
 def _parts_and_flops(entry: Entry, task_name: str, trainer) -> tuple[str, int]:
@@ -293,10 +293,10 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
     :func:`build_comparison`)."""
     cls = task_class(task_name)
     check_alpha(alpha)
-    names = variants or [*zoo.list_variants(task_name), *getattr(cls, "reference_models", ())]
+    names = variants or [*list_variants(task_name), *getattr(cls, "reference_models", ())]
     for name in names:
         if name not in getattr(cls, "reference_models", ()):
-            zoo.get_variant(name, task_name)  # a clear error before any training starts
+            get_variant(name, task_name)  # a clear error before any training starts
     baseline = baseline or cls.baseline
     if baseline not in names:
         raise ValueError(f"the baseline {baseline!r} is not among the variants ({', '.join(names)}); add it, or "
@@ -343,7 +343,7 @@ def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget:
     ``allow_undeclared``."""
     cls = task_class(task_name)
     check_alpha(alpha)
-    entries = ablation_entries(zoo.get_variant(variant_name, task_name))
+    entries = ablation_entries(get_variant(variant_name, task_name))
     if len(entries) == 1:
         raise ValueError(f"variant {variant_name!r} declares no changes: nothing to ablate")
     if not allow_undeclared:

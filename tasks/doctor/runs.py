@@ -8,40 +8,27 @@ training data the validation/training gap.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import zoo
 from core.errors import check_positive
-from tasks.doctor.data import task_batch, unigram_plateau
 from tasks.doctor.mistakes import Mistake, get_mistake
 from tasks.engine.distributed import DistInfo, select_device
 from tasks.engine.registry import task_class
-from zoo.analysis.doctor import Diagnosis, examine
-
-STEPS_FILE = "steps.jsonl"  # under RUN/doctor/: the per-step log of `zoo train --doctor`
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSON-lines file; a torn last line (a run killed mid-write) is left out."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+from zoo.analysis.doctor import Batch, Diagnosis, examine
+from zoo.analysis.doctor.training import STEPS_FILE, eval_split, read_jsonl
+from zoo.registry import get_variant, list_variants
 
 
-def eval_split(task) -> str:
-    """The held-out split a task validates on (``valid`` where the data has one, else ``test``)."""
-    splits = task.splits if hasattr(task, "splits") else getattr(task, "labels", {})
-    return "valid" if "valid" in splits else "test"
+def _batch(task, split: str, n: int) -> Batch:
+    """The task's doctor batch of ``split``; a task that offers none cannot be examined."""
+    batch = task.doctor_batch(split, n)
+    if batch is None:
+        raise ValueError(f"zoo doctor cannot examine {task.name} models: the task gives no batch to examine "
+                         "(Task.doctor_batch); from Python, zoo.analysis.doctor.examine(model, batch) takes any batch")
+    return batch
 
 
 def doctor_run(path: str | Path, checkpoint: str = "best", device: str = "cpu", batch_size: int = 64,
@@ -61,10 +48,10 @@ def doctor_run(path: str | Path, checkpoint: str = "best", device: str = "cpu", 
     split = eval_split(task)
     history = read_jsonl(run.path / "metrics.jsonl")
     steps = read_jsonl(run.path / "doctor" / STEPS_FILE)
-    diagnosis = examine(model, task_batch(task, split, batch_size), task.name, trained=True,
-                        warmup_steps=run.config.warmup, train_batch=task_batch(task, "train", batch_size),
+    diagnosis = examine(model, _batch(task, split, batch_size), trained=True,
+                        warmup_steps=run.config.warmup, train_batch=_batch(task, "train", batch_size),
                         history=history, steps=steps, metric=task.main_metric, higher_is_better=task.higher_is_better,
-                        plateau=unigram_plateau(task))
+                        plateau=task.target_entropy())
     diagnosis.context["source"] = (f"run {run.path} ({Path(run.weights).name}), {split} batch"
                                    + (f", with the mistake {mistake!r} injected" if mistake else ""))
     return diagnosis
@@ -76,7 +63,7 @@ def doctor_variant(variant: str, task_name: str | None = None, preset: str | Non
     """Examine ``variant`` at initialisation, built by the task runner exactly as ``zoo train`` would build it,
     on a batch of the task's embedded data (``mistake``: inject one of :data:`tasks.doctor.mistakes.MISTAKES`)."""
     check_positive("batch_size", batch_size)
-    task_name = task_name or zoo.get_variant(variant).tasks[0]
+    task_name = task_name or get_variant(variant).tasks[0]
     cls = task_class(task_name)
     harm: Mistake | None = get_mistake(mistake) if mistake else None
     fields = dict(model_set or {})
@@ -96,9 +83,9 @@ def doctor_variant(variant: str, task_name: str | None = None, preset: str | Non
     if harm is not None and harm.apply is not None:
         model = harm.apply(model)
     warmup = harm.warmup if harm is not None and harm.warmup is not None else config.warmup
-    diagnosis = examine(model, task_batch(task, eval_split(task), batch_size), task.name, trained=False,
+    diagnosis = examine(model, _batch(task, eval_split(task), batch_size), trained=False,
                         warmup_steps=warmup)
-    own = zoo.get_variant(variant, task_name).default_preset if variant in zoo.list_variants(task_name) else None
+    own = get_variant(variant, task_name).default_preset if variant in list_variants(task_name) else None
     shown = preset or (f"{task.preset} (the task's default)" if task.preset
                        else f"{own} (the variant's default)" if own else "the variant's default")
     diagnosis.context["source"] = (f"variant {variant} ({task_name}, preset {shown}) at "

@@ -9,7 +9,7 @@ What is compiled, and why that callable:
 * **shapes**: length-bucketed translation batches change both lengths (and the last bucket the batch size)
   from batch to batch. Compiled with static shapes, the first new length recompiles the whole model once more
   with symbolic sizes (PyTorch's automatic dynamic shapes), which doubles a cost of minutes on a CPU; tasks
-  in :data:`DYNAMIC_TASKS` are therefore compiled with ``dynamic=True`` from the first batch, so one set of
+  that declare ``Task.dynamic_shapes`` are therefore compiled with ``dynamic=True`` from the first batch, so one set of
   graphs serves every length. Image tasks keep static shapes (faster code): only a smaller last batch, or an
   evaluation batch, changes the batch size, which recompiles once with a symbolic batch size.
 * **what stays eager**: everything that does not go through ``forward``. Translation's evaluation decodes
@@ -30,11 +30,11 @@ training run that took minutes to reach its first step should not die on an opti
 
 **Checked against eager.** A compiler that compiles but computes something else is worse than one that fails:
 the run goes on with wrong numbers and nothing says so. (Seen: on one CI machine's CPU, inductor's code for the
-tiny float64 Transformer of ``tests/tasks/engine/test_compile.py`` gave a loss 1.3 % off eager's, while on this workplace's
-CPUs it matched to the last bit.) So the first compiled call in each mode (training / evaluation, with / without
-gradients) is also run eagerly on the same inputs and the two outputs are compared, at a tolerance scaled to
-the output's magnitude and set by its dtype (:data:`CHECK_TOLERANCE`: reordered sums, never a wrong result, fit
-in it). A mismatch is treated like a compilation failure: one warning with the largest difference, and eager
+tiny float64 Transformer of ``tests/tasks/engine/test_compile.py`` gave a loss 1.3 % off eager's, while on the
+developers' CPUs it matched to the last bit.) So the first compiled call in each mode (training / evaluation,
+with / without gradients) is also run eagerly on the same inputs and the two outputs are compared, at a tolerance
+scaled to the output's magnitude and set by its dtype (:data:`CHECK_TOLERANCE`: reordered sums, never a wrong
+result, fit in it). A mismatch is treated like a compilation failure: one warning with the largest difference, and eager
 from then on. The eager reference runs without gradients, its random numbers drawn from a forked generator, and
 the model's buffers (batch-norm statistics) are put back afterwards, so the run continues exactly as if
 it had not happened. A forward that draws random numbers that matter (dropout in training: two seeds give two
@@ -58,18 +58,16 @@ from torch.utils._pytree import keystr, tree_flatten_with_path
 
 log = logging.getLogger(__name__)
 
-# Tasks whose training batches change their sequence lengths from batch to batch (length buckets).
-DYNAMIC_TASKS = frozenset({"translation"})
-
 # The largest difference between compiled and eager outputs that is rounding, as a fraction of the eager output's
 # largest magnitude, by the output's dtype (the reduced precisions: autocast's fused vs unfused roundings).
 CHECK_TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
 
 
-def dynamic_shapes(task_name: str) -> bool | None:
-    """``torch.compile``'s ``dynamic`` for a task: ``True`` (symbolic sizes from the first batch) for
-    :data:`DYNAMIC_TASKS`, ``None`` (static, symbolic once a size changes) for the others."""
-    return True if task_name in DYNAMIC_TASKS else None
+def dynamic_shapes(changing: bool) -> bool | None:
+    """``torch.compile``'s ``dynamic`` for a task whose batches are ``changing`` shape from step to step
+    (``Task.dynamic_shapes``): ``True`` (symbolic sizes from the first batch), else ``None`` (static, symbolic once
+    a size changes)."""
+    return True if changing else None
 
 
 class CompiledModel(nn.Module):
@@ -166,7 +164,7 @@ class CompiledModel(nn.Module):
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
 
 
-def compile_for_trainer(wrapped: nn.Module, model: nn.Module, task_name: str, label: str
+def compile_for_trainer(wrapped: nn.Module, model: nn.Module, changing_shapes: bool, label: str
                         ) -> tuple[CompiledModel, CompiledModel]:
     """The compiled modules the trainer trains and evaluates with: ``(training, evaluation)``.
 
@@ -175,7 +173,7 @@ def compile_for_trainer(wrapped: nn.Module, model: nn.Module, task_name: str, la
     module evaluation calls on each rank. Without DDP both are one module, compiled once (its evaluation mode
     and ``no_grad`` add their own graphs to the same cache).
     """
-    dynamic = dynamic_shapes(task_name)
+    dynamic = dynamic_shapes(changing_shapes)
     training = CompiledModel(wrapped, dynamic, label)
     evaluation = training if wrapped is model else CompiledModel(model, dynamic, label)
     log.info("compiling %s's forward with torch.compile (dynamic shapes: %s); the first steps pay for it",

@@ -278,7 +278,7 @@ def _read_cache() -> dict[str, Any]:
 
 
 def _write_cache(key: str, entry: dict[str, Any]) -> None:
-    from tasks.runs.run import write_json_atomic
+    from core.atomic import write_json_atomic
 
     try:
         write_json_atomic(cache_path(), {**_read_cache(), key: entry})

@@ -24,3 +24,12 @@ def task_class(name: str):
         raise unknown_name("task", name, TASKS)
     module, cls = TASKS[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def task_shape(name: str):
+    """The input size task ``name`` measures models at (its runner's ``delta_shape``), for :mod:`zoo.analysis.delta`."""
+    cls = task_class(name)
+    if cls.delta_shape is None:
+        raise ValueError(f"task {name!r} declares no input shape (Task.delta_shape), so its models cannot be measured "
+                         "by zoo diff / zoo check")
+    return cls.delta_shape

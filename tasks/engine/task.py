@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -11,6 +11,11 @@ from torch import Tensor, nn
 from core.errors import unknown_name
 from tasks.engine.config import TrainConfig, config_from_dict
 from tasks.engine.distributed import DistInfo
+from zoo.analysis.delta import TaskShape
+
+if TYPE_CHECKING:  # annotations only: the comparison and the doctor sit above the engine
+    from tasks.compare.paired import PairedMetric
+    from zoo.analysis.doctor import Batch
 
 
 class Task:
@@ -31,6 +36,26 @@ class Task:
     preset: str | None = None  # the preset build_model resolved (None: the variant's own default, or a reference model)
     # --variant names that are not zoo variants (e.g. a CNN baseline): name -> builder; no delta analysis
     reference_models: dict[str, Callable[..., nn.Module]] = {}
+
+    # What the generic commands ask of a task, so that none of them names a task:
+    delta_shape: TaskShape | None = None  # the input `zoo diff` / `zoo check` measure models at (and its preset)
+    dynamic_shapes: bool = False  # batches change shape from step to step: torch.compile marks them dynamic
+    predict_options: tuple[str, ...] = ()  # `zoo predict` options (argparse dests) only this task takes
+
+    @classmethod
+    def paired_metrics(cls, info: dict[str, Any]) -> list[PairedMetric]:
+        """The metrics `zoo compare` tests example by example (:mod:`tasks.compare.paired`), for runs whose
+        run.json is ``info``; the first is the headline. A task without them cannot be compared."""
+        raise ValueError(f"task {cls.name!r} declares no paired metrics (Task.paired_metrics), so its runs cannot "
+                         "be compared example by example")
+
+    @classmethod
+    def score_folders(cls, pred: str, labels: str, dataset_json: str | None, chill: bool,
+                      out: str | None) -> list[str]:
+        """``zoo evaluate TASK --pred DIR --labels DIR``: score two folders of predictions without a run; the
+        summary lines. Only tasks whose predictions are files offer it."""
+        raise ValueError(f"task {cls.name!r} does not score folders of predictions; give a run folder: "
+                         "`zoo evaluate RUN`")
 
     def __init__(self, config: TrainConfig, device: torch.device, dist: DistInfo) -> None:
         self.config, self.device, self.dist = config, device, dist
@@ -59,18 +84,17 @@ class Task:
         config with ``overrides`` at ``--preset`` (default: the preset the delta analysis measures for this
         task, else the variant's own). Sets ``self.model_config`` for zoo variants.
         """
-        import zoo
-        from zoo.analysis.delta import TASK_SHAPES
+        from zoo.registry import get_variant, list_variants
 
         c = self.config
         if c.variant in self.reference_models:
             if c.model:
                 raise ValueError(f"the reference model {c.variant!r} takes no --model-set overrides, got {c.model}")
             return self.reference_models[c.variant](*reference_args)
-        if c.variant not in zoo.list_variants():
-            raise unknown_name("variant", c.variant, [*zoo.list_variants(self.name), *self.reference_models])
-        variant = zoo.get_variant(c.variant, self.name)  # a variant of another task gets its own clear error
-        preset, shape = c.preset, TASK_SHAPES.get(self.name)
+        if c.variant not in list_variants():
+            raise unknown_name("variant", c.variant, [*list_variants(self.name), *self.reference_models])
+        variant = get_variant(c.variant, self.name)  # a variant of another task gets its own clear error
+        preset, shape = c.preset, self.delta_shape
         if preset is None and shape is not None and shape.preset in variant.presets:
             preset = shape.preset
         self.preset = preset
@@ -121,6 +145,16 @@ class Task:
         (see :mod:`tasks.runs.records`)."""
         return {}, ""
 
+    def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch | None:
+        """The first ``n`` examples of ``split`` as the model takes them, for the doctor's examination (after
+        ``setup``); None: the doctor does not examine this task's models (its training-curve check still runs)."""
+        return None
+
+    def target_entropy(self, n: int = 5000) -> float | None:
+        """Entropy (nats) of the training targets' frequencies: the loss of a model that reads nothing, where a
+        stuck run sits (the doctor's plateau check). None when the task has no such figure."""
+        return None
+
     def delta_overrides(self) -> dict[str, Any]:
         """Config overrides that make the delta analysis measure the model exactly as trained."""
         return dict(self.config.model)
@@ -153,12 +187,12 @@ class Task:
     def build_saved_model(self, variant: str, variant_config: dict[str, Any] | None) -> nn.Module:
         """The model a run describes: a reference model from :meth:`reference_args`, or the zoo variant from its
         saved full config (not from presets: the presets may have changed since). Sets ``self.model_config``."""
-        import zoo
+        from zoo.registry import get_variant
 
         if variant in self.reference_models:
             return self.reference_models[variant](*self.reference_args())
         if variant_config is None:
             raise ValueError(f"run.json holds no config of variant {variant!r}; it cannot be rebuilt")
-        registered = zoo.get_variant(variant, self.name)
+        registered = get_variant(variant, self.name)
         self.model_config = config_from_dict(registered.config_class, variant_config)
         return registered.build(self.model_config)

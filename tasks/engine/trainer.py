@@ -5,8 +5,9 @@ gradient accumulation and clipping, the auxiliary losses and statistics the mode
 (:mod:`core.sidechannels`, whatever those layers are), progress bars, evaluation each epoch, checkpoints
 (atomic, resumable bit for bit), Ctrl-C and non-finite-loss handling, ``torchrun`` scale-out, an optional
 budget that may stop a run after any optimizer step (:mod:`tasks.engine.budget`: time, training FLOPs), and the
-run's output files: ``config.json``, ``metrics.jsonl``, ``metrics.json``, ``report.md``, ``curves.png``,
-``checkpoints/``.
+training's own files: ``checkpoints/`` and ``metrics.jsonl``. What a run writes besides (``run.json``,
+``config.json``, ``metrics.json``, ``report.md``, ``curves.png``) and the doctor's watch are callbacks it is given
+(:mod:`tasks.engine.callbacks`); :func:`tasks.runs.training.train` gives it those of a ``zoo train`` run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import fields
 from typing import Any
@@ -26,15 +28,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from core.sidechannels import auxiliary_loss, layer_statistics
+from core.sidechannels import auxiliary_loss
 from tasks.engine.budget import TrainingFlopCounter
 from tasks.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.engine.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard
 from tasks.engine.mfu import run_utilisation
 from tasks.engine.precision import Precision, probe_training, resolve, training_step
 from tasks.engine.task import Task
-from tasks.runs.report import markdown_table, plot_curves, write_report
-from tasks.runs.run import RUN_FILE, run_info, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,12 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 
 class Trainer:
-    """Runs ``task`` to completion: ``Trainer(task_class, config).fit()`` returns the final metrics."""
+    """Runs ``task`` to completion: ``Trainer(task_class, config, callbacks=[...]).fit()`` returns the final
+    metrics (the summary); ``callbacks`` follow :mod:`tasks.engine.callbacks`."""
 
-    def __init__(self, task_class: type[Task], config, budget=None) -> None:
+    def __init__(self, task_class: type[Task], config, budget=None, callbacks: Sequence = ()) -> None:
         self.config = config
+        self.callbacks = list(callbacks)
         # optional tasks.engine.budget.Budget: consulted after each optimizer step, may stop the run
         self.budget = budget
         self.stopped_by_budget = False
@@ -75,7 +77,6 @@ class Trainer:
         self.ckpt_dir = self.out / "checkpoints"
         self.history: list[dict[str, Any]] = []
         self.items_seen, self.train_seconds = 0.0, 0.0  # for throughput (this process, this session)
-        self.doctor = None  # tasks.doctor.training.TrainingDoctor with --doctor
 
     # --- helpers ---------------------------------------------------------------------------------
     @property
@@ -116,6 +117,12 @@ class Trainer:
             "precision": self.precision_used,
         }
 
+    def _call(self, hook: str, *args) -> None:
+        """Call ``hook`` of every callback, in order, on the main process."""
+        if self.main:
+            for callback in self.callbacks:
+                getattr(callback, hook)(self, *args)
+
     def _save(self, name: str, state: dict) -> None:
         if self.main:
             save_checkpoint(self.ckpt_dir / name, state)
@@ -149,7 +156,7 @@ class Trainer:
         if c.compile:  # checkpoints keep holding self.model; the compiled modules share its parameters
             from tasks.engine.compiled import compile_for_trainer
 
-            wrapped, self.eval_model = compile_for_trainer(wrapped, self.model, task.name, c.variant)
+            wrapped, self.eval_model = compile_for_trainer(wrapped, self.model, task.dynamic_shapes, c.variant)
 
         epoch, batch_in_epoch, step, best = 0, 0, 0, None
         if c.resume:
@@ -168,15 +175,7 @@ class Trainer:
         log.info("precision: %s", self.precision.reason)
         if self.main:
             self.out.mkdir(parents=True, exist_ok=True)
-            c.save(self.out / "config.json")
-            task.save_artifacts(self.out)
-            write_json_atomic(self.out / RUN_FILE, {**run_info(task), "precision": self.precision_used})  # what
-            # `zoo.load_run` rebuilds the model from; `zoo evaluate` evaluates in the precision recorded here
-        if c.doctor and self.main:  # examines the model now (it leaves weights, gradients and RNG as they were)
-            from tasks.doctor.training import TrainingDoctor
-
-            self.doctor = TrainingDoctor(self)
-            self.doctor.start(step)
+        self._call("on_start", step)
 
         if self.budget is not None:
             self.budget.start(self)
@@ -189,8 +188,7 @@ class Trainer:
                        "lr": self.optimizer.param_groups[0]["lr"], **self._evaluate("valid")}
                 row["elapsed_s"] = time.perf_counter() - start
                 self.history.append(row)
-                if self.doctor is not None:
-                    self.doctor.after_epoch(self.history)
+                self._call("on_epoch_end", self.history)
                 epoch, batch_in_epoch = epoch + 1, 0
                 value = row[task.main_metric]
                 improved = self._is_better(value, best)
@@ -227,8 +225,7 @@ class Trainer:
                 raise
             done_groups, step = done_groups + 1, step + 1
             loss_sum, items_sum = loss_sum + group_loss, items_sum + group_items
-            if self.doctor is not None:
-                self.doctor.on_step(step, group_loss / max(group_items, 1), self.optimizer.param_groups[0]["lr"])
+            self._call("on_step", step, group_loss / max(group_items, 1), self.optimizer.param_groups[0]["lr"])
             bar.set_postfix(loss=f"{group_loss / max(group_items, 1):.3f}",
                             lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
                             items_s=f"{items_sum / (time.perf_counter() - tic):.0f}")
@@ -316,40 +313,9 @@ class Trainer:
             summary["budget"] = {**self.budget.spent(), "stopped_by_budget": self.stopped_by_budget,
                                  "steps": self.history[-1]["step"] if self.history else 0}
         if self.main:
-            (self.out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
-            plot_curves(self.history, self.task.main_metric, self.out / "curves.png")
-            sections = [section, self._statistics_section(), self._delta_section()]
-            if self.doctor is not None:
-                sections.append(self.doctor.section())
-            write_report(self.out / "report.md", self.config, summary, "\n\n".join(s for s in sections if s))
+            sections = [section, *(callback.section(self) for callback in self.callbacks)]
+            self._call("on_finish", summary, [s for s in sections if s])
         return summary
-
-
-    def _statistics_section(self) -> str:
-        """What the model's layers report about the last evaluation batch (e.g. MoE routing: load per
-        expert, drops, router entropy), one row per layer."""
-        stats = layer_statistics(self.model)
-        if not stats:
-            return ""
-        rows = [{"layer": name, **{key: " ".join(f"{x:.2f}" for x in value) if isinstance(value, list) else value
-                                   for key, value in layer.items()}} for name, layer in stats.items()]
-        columns = list(dict.fromkeys(key for row in rows for key in row))
-        return "## Layer statistics (last evaluation batch)\n\n" + markdown_table(rows, columns)
-
-    def _delta_section(self) -> str:
-        """The "what changed" analysis of the trained variant, at the size it was trained."""
-        from zoo.analysis.delta import measure
-        from zoo.analysis.report import render_markdown
-
-        c = self.config
-        if c.variant in getattr(self.task, "reference_models", ()):
-            return "## What changed\n\nA reference model outside the zoo (not a Transformer patch): no delta analysis."
-        try:
-            report = measure(c.variant, self.task.name, c.preset, overrides=self.task.delta_overrides())
-        except Exception as error:  # a reporting failure must not cost the finished training run
-            log.warning("delta analysis failed: %s", error)
-            return f"## What changed\n\nThe delta analysis failed: {error}"
-        return render_markdown(report, heading="##")
 
 
 _UNTIMED_FIELDS = frozenset({"out", "resume", "progress", "epochs", "doctor", "precision", "lr", "warmup"})

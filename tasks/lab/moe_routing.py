@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 import zoo.moe.layer as moe_layer
+from core.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import (
     Seq2SeqData,
@@ -47,7 +48,6 @@ from tasks.lab.toolkit import (
     small_transformer,
     translation_data,
 )
-from tasks.runs.report import markdown_table
 from zoo.analysis.probes import causal_leak
 from zoo.moe import MoEFFN, auxiliary_loss, moe_layers, routing_stats
 from zoo.moe.dispatch import Dispatch, plan_dispatch

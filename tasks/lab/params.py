@@ -18,9 +18,9 @@ import torch
 from core.accounting import article_estimate, attention_parameters, classic_parameters
 from core.model import Transformer, build_transformer
 from core.parts import parameters_by_part
+from core.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import figure, save
-from tasks.runs.report import markdown_table
 
 VOCABULARIES = (1_000, 8_000, 32_000, 37_000, 64_000)
 PAPER_VOCABULARY = 37_000  # the paper's shared EN-DE BPE vocabulary

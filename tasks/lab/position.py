@@ -33,6 +33,7 @@ from core.init import init_weights
 from core.model import Transformer
 from core.multihead import MultiHeadAttention
 from core.position import POSITIONAL_SCHEMES, PositionalScheme, sinusoid_table
+from core.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import (
     Seq2SeqData,
@@ -46,7 +47,6 @@ from tasks.lab.toolkit import (
     train,
     translation_data,
 )
-from tasks.runs.report import markdown_table
 from tasks.translation.corpus import source_words
 from tasks.translation.metrics import translation_metrics
 

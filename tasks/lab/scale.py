@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from core.attention import ReferenceAttention, reference_attention
 from core.multihead import MultiHeadAttention
+from core.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import (
     Seq2SeqData,
@@ -41,7 +42,6 @@ from tasks.lab.toolkit import (
     train,
     translation_data,
 )
-from tasks.runs.report import markdown_table
 
 D_KS = (8, 16, 32, 64, 128, 256)  # head widths of the variance law and of the sweep at initialisation
 HEADS = 2  # few, wide heads: d_k = d_model / 2 is large enough for the effect to show in a small model

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-import zoo
+from core.tables import markdown_table
 from tasks.cifar.augment import apply_policy, augment_seed, policy_transform
 from tasks.cifar.datasets import channel_stats, load_embedded
 from tasks.cifar.distill import objective_loss
@@ -39,7 +39,7 @@ from tasks.cifar.reference import matched_width, resnet18_small, training_flops
 from tasks.cifar.task import warmup_cosine
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import figure, save
-from tasks.runs.report import markdown_table
+from zoo.registry import create
 
 FRACTIONS = (0.1, 0.3, 1.0)
 LESSON_VIT = dict(d_model=64, depth=2, heads=2, patch_size=4, mlp_ratio=2.0)  # ~32 MFLOPs per training image
@@ -90,7 +90,7 @@ def build(kind: str, vit: dict, width: int, seed: int) -> nn.Module:
     """A model of the lesson: ``vit``, ``deit`` (its config ``vit``), ``cnn`` (ResNet-18 at ``width``), ``resnet18``."""
     torch.manual_seed(seed)
     if kind in ("vit", "deit"):
-        return zoo.create(kind, task="cifar", preset="cpu", in_channels=1, num_classes=10, **vit)
+        return create(kind, task="cifar", preset="cpu", in_channels=1, num_classes=10, **vit)
     return resnet18_small(1, 10, width if kind == "cnn" else 64)
 
 

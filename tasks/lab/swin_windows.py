@@ -34,18 +34,18 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-import zoo
 from core.attention import ScaledDotProductAttention
 from core.errors import check_positive
 from core.multihead import MultiHeadAttention
+from core.tables import markdown_table
 from tasks.cifar.datasets import channel_stats
 from tasks.compare.stats import mcnemar_exact
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.scale import log_slope
 from tasks.lab.small_data import Images, Normalize, load, train
 from tasks.lab.toolkit import figure, save, smooth
-from tasks.runs.report import markdown_table
 from zoo.analysis.delta import FLOP_CONVENTION, module_flops
+from zoo.registry import create
 from zoo.swin.attention import WindowAttention
 from zoo.swin.relative_position import RelativePositionBias
 from zoo.swin.windows import shifted_window_mask
@@ -140,7 +140,7 @@ def attention_cost(sides: Sequence[int], rounds: int, seed: int = 0) -> dict[str
 def field_model(seed: int, shift: bool) -> nn.Module:
     """Four Swin blocks at one resolution on the ``FIELD_GRID``² patch grid of a 32×32 image (patch 2), float64."""
     torch.manual_seed(seed)
-    model = zoo.create("swin", task="cifar", preset="tiny", in_channels=1, image_size=32, patch_size=32 // FIELD_GRID,
+    model = create("swin", task="cifar", preset="tiny", in_channels=1, image_size=32, patch_size=32 // FIELD_GRID,
                        window_size=FIELD_WINDOW, depths=(max(FIELD_BLOCKS),), heads=(2,), hierarchy=False,
                        drop_path=0.0)
     return (model if shift else unshifted(model)).double().eval()
@@ -200,7 +200,7 @@ def corner_leak(seed: int, blocks: int = 2) -> int:
 def cifar_model(seed: int, shift: bool) -> nn.Module:
     """The lesson's Swin (``LESSON_SWIN``) for the embedded 32×32 single-channel images, with or without the shift."""
     torch.manual_seed(seed)
-    model = zoo.create("swin", task="cifar", preset="cpu", in_channels=1, num_classes=10, **LESSON_SWIN)
+    model = create("swin", task="cifar", preset="cpu", in_channels=1, num_classes=10, **LESSON_SWIN)
     return model if shift else unshifted(model)
 
 

@@ -28,13 +28,14 @@ from typing import Any
 
 import numpy as np
 
+from core.tables import markdown_table
 from tasks.engine.config import check_folder, config_differences
 from tasks.medseg.data import load_medseg
 from tasks.medseg.folds import SPLITS_FILE, resolve_folds, write_splits
 from tasks.medseg.metrics import CONVENTIONS
 from tasks.medseg.nnunet_eval import aggregate, summary_lines, write_summary_json
 from tasks.medseg.task import MedsegConfig, MedsegTask, nifti_options
-from tasks.runs.report import markdown_table
+from tasks.runs.training import train
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ def cv_out_dir(config: MedsegConfig) -> Path:
 def cross_validate(config: MedsegConfig) -> tuple[dict[str, Any], list[str]]:
     """Train (or reuse) every fold asked for (``config.fold``: all when None or ``"all"``); returns (the cv.json
     dict, summary lines to print)."""
-    from tasks.engine.trainer import Trainer
 
     out = cv_out_dir(config)
     check_folder("--out", out, "a new folder, or the folder of an earlier `zoo cv`")
@@ -78,7 +78,7 @@ def cross_validate(config: MedsegConfig) -> tuple[dict[str, Any], list[str]]:
         else:
             log.info("fold %d of %d: %s %s", k, config.folds, "resuming" if state == "partial" else "training",
                      fold_config.out)
-            metrics = Trainer(MedsegTask, dataclasses.replace(fold_config, resume=state == "partial")).fit()
+            metrics = train(MedsegTask, dataclasses.replace(fold_config, resume=state == "partial"))
         results.append(fold_result(k, folds[k]["val"], Path(fold_config.out), metrics))
     summary = {"task": "medseg", "variant": config.variant, "data": source, "folds": config.folds,
                "splits": str(splits), "class_names": class_names, "trained": [k for k in wanted if k not in skipped],

@@ -37,7 +37,6 @@ from pathlib import Path
 import numpy as np
 
 from core.atomic import atomic_open
-from tasks.medseg.data import SegData, Volume
 from tasks.medseg.nifti_geometry import (
     IMAGE_ORDERS,
     Geometry,
@@ -58,6 +57,7 @@ from tasks.medseg.nifti_intensity import (
 )
 from tasks.medseg.nifti_layout import CaseFiles, NiftiLayout, case_header, nifti_stem, read_nifti_layout
 from tasks.medseg.phantom import default_phantom_dir
+from tasks.medseg.volume import SegData, Volume
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from tasks.medseg.data import Volume
 from tasks.medseg.nifti_layout import NIFTI_ENDINGS, CaseFiles, nifti_stem
+from tasks.medseg.volume import Volume
 from tasks.runs.records import split_hash, write_records
 from tasks.runs.run import Run
 

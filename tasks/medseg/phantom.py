@@ -43,7 +43,6 @@ import json
 import logging
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +50,7 @@ import h5py
 import numpy as np
 from scipy import ndimage
 
-from core.atomic import temporary_folder
+from core.atomic import write_folder_atomic
 from tasks.engine.config import cache_root
 from tasks.medseg.synapse import SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 
@@ -196,23 +195,12 @@ def write_phantom(
         return root
     if root.is_file() or (root.is_dir() and any(root.iterdir()) and not (root / MANIFEST).is_file()):
         raise FileExistsError(f"{root} exists and is not a phantom folder (no {MANIFEST}); pass another folder")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_folder(root.parent, f".{root.name}.tmp-")  # an ordinary folder's mode, not mkdtemp's 0700
-    stale = root.with_name(f"{tmp.name}.stale")
-    try:
+    def fill(tmp: Path) -> None:
         _write_layout(tmp, seed, slices, size, train_cases, test_cases)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        if root.exists():  # a stale phantom of ours: move it aside so that the rename below can happen
-            os.replace(root, stale)
-        try:
-            os.replace(tmp, root)
-        except OSError:
-            if not _is_complete(root, manifest):  # unless a concurrent writer just put the same phantom there
-                raise
-        log.info("wrote the medseg phantom (seed %d) to %s", seed, root)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(stale, ignore_errors=True)
+
+    write_folder_atomic(root, fill, lambda folder: _is_complete(folder, manifest))
+    log.info("wrote the medseg phantom (seed %d) to %s", seed, root)
     return root
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from core.errors import check_positive
-from tasks.medseg.data import Volume
+from tasks.medseg.volume import Volume
 from tasks.medseg.volumes_io import (
     NIFTI_FORMATS,
     case_name,

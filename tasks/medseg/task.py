@@ -56,15 +56,18 @@ import torch
 from torch import Tensor, nn
 
 from core.errors import check_int, check_number, check_positive, unknown_name
+from core.tables import markdown_table
 from tasks.engine.config import TrainConfig
 from tasks.engine.distributed import DistInfo, shard
 from tasks.engine.task import Task
-from tasks.medseg.data import ALL_DATASETS, SegData, Volume, load_medseg
+from tasks.medseg import paired
+from tasks.medseg.data import ALL_DATASETS, load_medseg
 from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
 from tasks.medseg.nifti_scoring import OriginalGeometryScores
 from tasks.medseg.reference import REFERENCE_MODELS
+from tasks.medseg.volume import SegData, Volume
 from tasks.runs.records import split_hash, write_records
-from tasks.runs.report import markdown_table
+from zoo.analysis.delta import TaskShape
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +274,23 @@ class MedsegTask(Task):
     extra_columns = (("test", "hd95", "HD95"),)
     reference_models = REFERENCE_MODELS
     eval_splits = ("test", "valid")
+    delta_shape = TaskShape("medseg", "cpu", {"batch": 1, "image_size": 96, "in_channels": 1, "num_classes": 9},
+                            ("image_size",), "one 96×96 single-channel slice (the embedded phantom)", tokens_per_grow=2,
+                            config_keys=("image_size", "in_channels", "num_classes"))
+    predict_options = ("labels",)
+
+    @classmethod
+    def paired_metrics(cls, info: dict[str, Any]) -> list:
+        return paired.paired_metrics(info)
+
+    @classmethod
+    def score_folders(cls, pred: str, labels: str, dataset_json: str | None, chill: bool,
+                      out: str | None) -> list[str]:
+        """Two folders of NIfTI label maps, scored as nnU-Net's evaluation does (:mod:`tasks.medseg.folder_eval`)."""
+        from tasks.medseg.folder_eval import score_folders
+
+        _, out_dir, lines = score_folders(pred, labels, dataset_json, out, chill=chill)
+        return [*lines, f"outputs in {out_dir}/ (summary.json: nnU-Net's; metrics.json: both HD95 conventions)"]
 
     def __init__(self, config: MedsegConfig, device: torch.device, dist: DistInfo) -> None:
         super().__init__(config, device, dist)

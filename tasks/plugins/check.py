@@ -57,11 +57,12 @@ from torch import Tensor, nn
 from core.errors import unknown_name
 from core.parts import PARTS, parameters_by_part
 from core.sidechannels import AuxiliaryLosses, active_parameters
+from tasks.engine.registry import task_shape
 from tasks.plugins.check_structure import anatomy, anatomy_of, build, describe, differs, types_text
 from zoo.analysis import probes
 from zoo.analysis.counterpart import counterpart
-from zoo.analysis.delta import TASK_SHAPES, flops_by_part, module_flops, resolve
-from zoo.registry import Change, Variant, tasks_of
+from zoo.analysis.delta import flops_by_part, module_flops
+from zoo.registry import Change, Variant, get_variant, tasks_of
 
 # Parts a change can make without a module of its own (a loss, a generation procedure): their changes move the
 # config, and are not expected to show in the module types (the revert row checks their fields instead).
@@ -123,7 +124,7 @@ class _Preset:
 
     def __init__(self, variant: Variant, task: str, preset: str) -> None:
         self.variant, self.task, self.preset = variant, task, preset
-        spec = TASK_SHAPES[task]
+        spec = task_shape(task)
         self.fixed = {**spec.config_overrides(spec.shape), **probes.quiet_overrides(variant.name, task)}
         self.config = variant.config(preset, **self.fixed)
         self.inputs = variant.example_input(self.config, {**spec.for_config(self.config), "batch": EXAMPLE_BATCH})
@@ -362,7 +363,7 @@ def check_preset(variant: Variant, task: str, preset: str, on_step: Callable[[st
     try:
         subject = _Preset(variant, task, preset)
     except Exception as error:
-        spec = TASK_SHAPES[task]
+        spec = task_shape(task)
         sizes = ", ".join(f"{k}={v}" for k, v in spec.config_overrides(spec.shape).items())
         where = f"built for the {task} task's input ({sizes}): " if sizes else ""
         return [Row(preset, "build", False, "", where + _error_line(error))]
@@ -384,8 +385,8 @@ def check_variant(name: str, task: str | None = None, presets: Sequence[str] | N
     """Run the conformance suite on variant ``name``: one :class:`Report` per task (``task``, default: every
     task it runs on), over ``presets`` (default: every preset of the registration; of a name registered for
     several tasks, each registration is checked at those of ``presets`` it has)."""
-    tasks = [resolve(name, task)[1]] if task is not None else list(dict.fromkeys(tasks_of(name)))
-    registered = {t: resolve(name, t)[0] for t in tasks}
+    tasks = [task_shape(task).name] if task is not None else list(dict.fromkeys(tasks_of(name)))
+    registered = {t: get_variant(name, t) for t in tasks}
     known = {p for v in registered.values() for p in v.presets}
     for preset in presets or ():
         if preset not in known:  # in none of the registrations checked (a name may have other presets per task)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.tables import markdown_table
 from tasks.engine.mfu import utilisation_line
 
 
@@ -28,22 +29,6 @@ def plot_curves(history: list[dict[str, Any]], main_metric: str, path: Path) -> 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def markdown_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    """A GitHub-style table; floats are shown with 4 significant digits."""
-    if not rows:
-        return ""
-    columns = columns or list(rows[0])
-
-    def cell(value: Any) -> str:
-        if value is None:
-            return "–"
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def write_report(path: Path, config, summary: dict[str, Any], task_section: str) -> None:

@@ -9,15 +9,14 @@ A run folder, as ``zoo train`` writes it, holds everything needed to use the mod
     tokenizer.json, classes.json   the artefacts the preprocessing names
     metrics.json              the training's final numbers
 
-``zoo export`` writes the same folder with ``model.safetensors`` in place of the checkpoints: weights a
-colleague can load without unpickling anything. :func:`load_run` reads both.
+``zoo export`` (:mod:`tasks.runs.export`) writes the same folder with ``model.safetensors`` in place of the
+checkpoints: weights a colleague can load without unpickling anything. :func:`load_run` reads both.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.atomic import atomic_path, write_text_atomic
 from tasks.engine.checkpoint import load_checkpoint, package_version
 from tasks.engine.config import config_from_dict
 from tasks.engine.distributed import DistInfo, select_device
@@ -38,11 +36,6 @@ RUN_FILE = "run.json"
 RUN_FORMAT = 1  # bump when run.json changes incompatibly; load_run refuses newer formats
 WEIGHTS_FILE = "model.safetensors"
 CHECKPOINTS = ("best", "last")
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON to ``path`` atomically (:mod:`core.atomic`: readable as any file)."""
-    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def run_info(task: Task) -> dict[str, Any]:
@@ -197,27 +190,3 @@ def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "c
     metrics_file = path / "metrics.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else None
     return Run(path, runner, model.to(dev).eval(), info, file, metrics, dev)
-
-
-def export_run(path: str | Path, out: str | Path | None = None, format: str = "safetensors",
-               checkpoint: str | Path = "best") -> Path:
-    """Write ``model.safetensors`` and ``run.json`` (plus the run's artefacts) to ``out``; returns ``out``."""
-    from safetensors.torch import save_model
-
-    if format != "safetensors":
-        from core.errors import unknown_name
-
-        raise unknown_name("export format", format, ("safetensors",))
-    run = load_run(path, checkpoint)
-    out = Path(out) if out is not None else run.path / "export"
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a folder for the exported run")
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / WEIGHTS_FILE) as tmp:  # safetensors writes 0600; atomic_path gives it the umask's mode
-        save_model(run.model, str(tmp), metadata={"task": run.info["task"], "variant": run.variant})
-    for name in run.task.artifact_files():
-        shutil.copy2(run.path / name, out / name)
-    if run.metrics is not None:
-        shutil.copy2(run.path / "metrics.json", out / "metrics.json")
-    write_json_atomic(out / RUN_FILE, {**run.info, "weights": WEIGHTS_FILE, "exported_from": str(run.weights)})
-    return out

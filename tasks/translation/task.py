@@ -15,6 +15,7 @@ shifted right.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,18 +26,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-import zoo
 from core.decoding import beam_search, greedy_decode, sample_decode, strip_special
 from core.errors import check_int, check_number, check_positive, check_probability, unknown_name
 from core.schedule import NoamLR
+from core.tables import markdown_table
 from tasks.engine.config import TrainConfig
 from tasks.engine.distributed import shard
 from tasks.engine.task import Task
 from tasks.runs.records import split_hash, write_records
-from tasks.runs.report import markdown_table
+from tasks.translation import paired
 from tasks.translation.corpus import DIFFICULTIES
 from tasks.translation.metrics import bleu_by_length, sentence_scores, translation_metrics
 from tasks.translation.tokenizer import KINDS, SPECIALS, Tokenizer
+from zoo.analysis.delta import TaskShape
+from zoo.analysis.doctor import Batch, entropy, seq2seq_batch
+from zoo.registry import get_variant
 
 
 @dataclass
@@ -100,6 +104,32 @@ class TranslationTask(Task):
     headline = ("test", "greedy_bleu")  # the number `zoo compare` ranks by
     extra_columns = (("test_long", "greedy_bleu", "long BLEU"),)  # length generalisation
     eval_splits = ("test", "test_long", "valid")
+    delta_shape = TaskShape("translation", "mini", {"batch": 1, "src_len": 32, "tgt_len": 32}, ("src_len", "tgt_len"),
+                            "one sentence pair of 32 source and 32 target tokens")
+    dynamic_shapes = True  # length-bucketed batches change both lengths (and the last bucket the batch size)
+    predict_options = ("beam_size", "temperature", "top_k", "top_p")
+
+    @classmethod
+    def paired_metrics(cls, info: dict[str, Any]) -> list:
+        return paired.paired_metrics(info)
+
+    def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch:
+        """The first ``n`` pairs of ``split``, encoded as training encodes them (sources cut at ``max_len``, EOS
+        appended; targets BOS … EOS), right-padded."""
+        if split not in self.splits:
+            raise ValueError(f"the translation data has no {split!r} split (it has: {', '.join(self.splits)})")
+        tok, limit = self.tokenizer, self.config.max_len
+        pairs = self.splits[split][:n]
+        src_ids = [ids[:limit] + [tok.eos_id] for ids in tok.encode_batch([s for s, _ in pairs])]
+        tgt_ids = [[tok.bos_id] + ids[:limit] + [tok.eos_id] for ids in tok.encode_batch([t for _, t in pairs])]
+        return seq2seq_batch(pad_batch(src_ids, tok.pad_id, self.device), pad_batch(tgt_ids, tok.pad_id, self.device),
+                             tok.pad_id)
+
+    def target_entropy(self, n: int = 5000) -> float:
+        """Entropy of the training targets' token frequencies (EOS included)."""
+        tok = self.tokenizer
+        targets = tok.encode_batch([t for _, t in self.splits["train"][:n]])
+        return entropy(Counter(t for ids in targets for t in [*ids, tok.eos_id]))
 
     def setup(self) -> None:
         c: TranslationConfig = self.config
@@ -132,7 +162,7 @@ class TranslationTask(Task):
 
     def build_model(self) -> nn.Module:
         c: TranslationConfig = self.config
-        variant = zoo.get_variant(c.variant, self.name)
+        variant = get_variant(c.variant, self.name)
         preset = c.preset or (DEFAULT_PRESET if DEFAULT_PRESET in variant.presets else None)
         self.preset = preset
         tok = self.tokenizer

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.atomic import atomic_open, atomic_path, temporary_folder, umask, write_text_atomic
+from core.atomic import atomic_open, atomic_path, temporary_folder, umask, write_json_atomic, write_text_atomic
 from tasks.engine.checkpoint import save_checkpoint
 from tasks.medseg.folds import write_splits
 from tasks.medseg.nnunet_eval import write_summary_json
-from tasks.runs.run import export_run, write_json_atomic
+from tasks.runs.export import export_run
+from tasks.runs.training import train
 from zoo.analysis.doctor.findings import CheckResult, Diagnosis
 from zoo.analysis.doctor.render import write_diagnosis
 
@@ -81,7 +82,6 @@ def test_a_writer_with_its_own_private_file_gets_the_umask_mode(tmp_path, set_um
 
 
 def test_a_trained_and_exported_run_is_readable_by_others(tmp_path, set_umask):
-    from tasks.engine.trainer import Trainer
     from tasks.translation.task import TranslationConfig, TranslationTask
     from tests.tasks.doctor.test_doctor_run import write_parallel
 
@@ -89,7 +89,7 @@ def test_a_trained_and_exported_run_is_readable_by_others(tmp_path, set_umask):
     run = tmp_path / "run"
     config = TranslationConfig(out=str(run), data=str(data), preset="tiny", epochs=1, batch_size=32, warmup=1,
                                eval_size=4, beam_size=1, progress=False, device="cpu", tokenizer="word")
-    Trainer(TranslationTask, config).fit()
+    train(TranslationTask, config)
     export = export_run(run)
     files = [run / "run.json", run / "checkpoints" / "best.pt", run / "checkpoints" / "last.pt",
              export / "run.json", export / "model.safetensors"]

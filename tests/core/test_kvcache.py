@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from core.decoding import beam_search, greedy_decode
+from core.decoding import KVCache, beam_search, greedy_decode
 from core.model import build_transformer
-from core.multihead import KVCache, MultiHeadAttention
+from core.multihead import MultiHeadAttention
 from tests.numerics import assert_close_fp64, float64
 
 

@@ -6,8 +6,9 @@ from torch import nn
 from torch.testing import assert_close
 
 from core.attention import ReferenceAttention
+from core.decoding import KVCache
 from core.masks import padding_mask
-from core.multihead import KVCache, MultiHeadAttention, record_attention
+from core.multihead import MultiHeadAttention, record_attention
 from tests.numerics import FP64, REFERENCE_FP64, assert_close_fp64, float64
 
 

@@ -8,7 +8,8 @@ from einops import rearrange
 from torch.testing import assert_close
 
 from core.attention import AttentionKernel, RecurrentKernel
-from core.multihead import KVCache, MultiHeadAttention
+from core.decoding import KVCache
+from core.multihead import MultiHeadAttention
 
 
 class RunningMean(RecurrentKernel):

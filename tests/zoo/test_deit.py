@@ -19,8 +19,10 @@ from tasks.cifar.report import attention_heatmaps
 from tasks.cifar.task import CifarConfig, CifarTask
 from tasks.cli.main import main
 from tasks.engine.distributed import DistInfo
+from tasks.engine.registry import task_shape
 from tasks.engine.trainer import Trainer
 from tasks.runs.evaluate import evaluate_run
+from tasks.runs.training import train
 from tests.numerics import assert_close_fp64, float64
 from tests.tasks.cifar.test_cifar_use import write_cifar10, write_fmnist
 from zoo.analysis.delta import measure
@@ -144,7 +146,7 @@ def test_registered_with_vits_changes_a_head_and_an_objective():
 
 
 def test_delta_books_the_token_and_head_and_says_the_objective_has_no_parameters():
-    report = measure("deit", "cifar", preset="tiny", memory=False)
+    report = measure("deit", task_shape("cifar"), preset="tiny", memory=False)
     parts = {p["part"]: p for p in report["parts"]}
     d, k = 32, 10
     assert parts["head"]["added"] == {"DistillationReadout": 1, "Linear": 1}
@@ -167,7 +169,7 @@ def teacher_run(tmp_path_factory):
     data = write_fmnist(root / "teacher-data", n_train=200, n_test=20, offset=400)
     config = CifarConfig(variant="vit", preset="tiny", data=str(data), out=str(root / "teacher"), epochs=1,
                          batch_size=50, warmup=2, attention_images=0, progress=False, device="cpu")
-    Trainer(CifarTask, config).fit()
+    train(CifarTask, config)
     return root, root / "teacher", write_fmnist(root / "student-data", n_train=200, n_test=20)
 
 

@@ -9,9 +9,10 @@ from torch.testing import assert_close
 import zoo
 import zoo.linear
 from core.attention import build_kernel, reference_attention
-from core.decoding import beam_search, greedy_decode
+from core.decoding import KVCache, beam_search, greedy_decode
 from core.masks import causal_mask
-from core.multihead import KVCache, MultiHeadAttention
+from core.multihead import MultiHeadAttention
+from tasks.engine.registry import task_shape
 from tests.numerics import assert_close_fp64, float64
 from zoo.analysis.delta import measure, module_flops
 from zoo.linear import FavorFeatures, LinearAttention, orthogonal_gaussian
@@ -272,14 +273,14 @@ def test_kernel_flops_are_counted_and_linear_in_n():
 
 
 def test_delta_report_shows_linear_growth():
-    report = measure("linear", "translation", preset="tiny", memory=False)
+    report = measure("linear", task_shape("translation"), preset="tiny", memory=False)
     (part,) = report["parts"]
     assert part["part"] == "attention" and part["removed"] == {"ScaledDotProductAttention": 6}
     assert report["attention_growth"]["classic"]["kernel_exponent"] == pytest.approx(2.0)
     # The default chunk (64) is longer than these sequences (32-128 tokens), so the decoder's causal kernel
     # still does its in-chunk C×C work; with chunks no longer than the head width the kernel is exactly linear.
     assert 1.0 <= report["attention_growth"]["variant"]["kernel_exponent"] < 1.4
-    short_chunks = measure("linear", "translation", preset="tiny", memory=False,
+    short_chunks = measure("linear", task_shape("translation"), preset="tiny", memory=False,
                            overrides={"kernel_options": {"chunk_size": 8}})
     assert short_chunks["attention_growth"]["variant"]["kernel_exponent"] == pytest.approx(1.0)
     assert math.isclose(report["attention_growth"]["variant"]["attention_exponent"], 1.0, abs_tol=0.1)

@@ -34,7 +34,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from core.attention import AttentionKernel
-from core.errors import unknown_name
 from core.parts import PARTS, PROCEDURES, module_parts, parameters_by_part
 from core.sidechannels import active_parameters
 from zoo.analysis.attribution import METHOD, Snapshot, attribute, change_totals, cumulative_configs, lines_by_part
@@ -44,8 +43,13 @@ from zoo.registry import Change, Variant, get_variant
 
 @dataclass(frozen=True)
 class TaskShape:
-    """The input size at which a task's models are measured, and how to grow its token count."""
+    """The input size at which a task's models are measured, and how to grow its token count.
 
+    Each task runner declares its own (``Task.delta_shape``, e.g. :class:`tasks.cifar.task.CifarTask`), so the
+    analysis names no task: it is handed the shape, and looks variants up by the shape's task ``name``.
+    """
+
+    name: str  # the task: which registration of a variant (and of its classic base) is measured
     preset: str | None  # the preset the task trains by default (None: the variant's default)
     shape: dict[str, int]
     grow: tuple[str, ...]  # shape entries multiplied by k to measure cost at k× the size
@@ -64,17 +68,6 @@ class TaskShape:
         return {key: shape[key] for key in self.config_keys}
 
 
-TASK_SHAPES: dict[str, TaskShape] = {
-    "translation": TaskShape("mini", {"batch": 1, "src_len": 32, "tgt_len": 32}, ("src_len", "tgt_len"),
-                             "one sentence pair of 32 source and 32 target tokens"),
-    "cifar": TaskShape(None, {"batch": 1, "image_size": 32, "in_channels": 1, "num_classes": 10}, ("image_size",),
-                       "one 32×32 single-channel image (the embedded Fashion-MNIST, padded)", tokens_per_grow=2,
-                       config_keys=("image_size", "in_channels", "num_classes")),
-    "medseg": TaskShape("cpu", {"batch": 1, "image_size": 96, "in_channels": 1, "num_classes": 9}, ("image_size",),
-                        "one 96×96 single-channel slice (the embedded phantom)", tokens_per_grow=2,
-                        config_keys=("image_size", "in_channels", "num_classes")),
-}
-
 SCALES = (1, 2, 4)
 FLOP_CONVENTION = (
     "forward FLOPs = 2·MACs of matmuls/convolutions/attention (torch.utils.flop_counter, math attention "
@@ -83,37 +76,35 @@ FLOP_CONVENTION = (
 MEMORY_CONVENTION = "activation memory = bytes of the tensors saved for backward in one training step"
 
 
-def resolve(name: str, task: str | None) -> tuple[Variant, str]:
-    """The registration of variant ``name`` for ``task`` (default: its first task), and the task."""
-    task = task or get_variant(name).tasks[0]
-    if task not in TASK_SHAPES:
-        raise unknown_name("task", task, TASK_SHAPES)
-    return get_variant(name, task), task
+def _shape(task: TaskShape) -> TaskShape:
+    if not isinstance(task, TaskShape):
+        raise TypeError(f"the delta analysis takes a task's TaskShape (tasks.engine.registry.task_shape({task!r})), "
+                        f"got {type(task).__name__} {task!r}")
+    return task
 
 
-def measured_at(variant: Variant, task: str, preset: str | None = None,
+def measured_at(variant: Variant, task: TaskShape, preset: str | None = None,
                 overrides: dict[str, Any] | None = None) -> tuple[str | None, dict[str, Any]]:
     """The preset a task measures at (given, else the task's, else the variant's default) and its overrides."""
-    spec = TASK_SHAPES[task]
-    preset = preset or (spec.preset if spec.preset in variant.presets else None)
-    return preset, {**spec.config_overrides(spec.shape), **(overrides or {})}
+    preset = preset or (task.preset if task.preset in variant.presets else None)
+    return preset, {**task.config_overrides(task.shape), **(overrides or {})}
 
 
-def build_pair(name: str, task: str | None = None, preset: str | None = None,
+def build_pair(name: str, task: TaskShape, preset: str | None = None,
                **overrides: Any) -> tuple[nn.Module, nn.Module, Any, Counterpart]:
     """The variant and its classic counterpart on a task, built.
 
     Args:
-        name, task, preset: the variant, its task (default: its first) and preset (default: :func:`measured_at`).
+        name, task, preset: the variant, the task's shape and the preset (default: :func:`measured_at`).
         overrides: config overrides of both models (e.g. the vocabulary a training run used).
 
     Returns:
         ``(variant model, classic model, variant config, counterpart)``; the classic model is the
         :class:`~zoo.analysis.counterpart.Counterpart`'s (its ``config``, built by its ``registration``).
     """
-    variant, task = resolve(name, task)
+    variant = get_variant(name, _shape(task).name)
     preset, overrides = measured_at(variant, task, preset, overrides)
-    reference = counterpart(variant, task, preset, overrides)
+    reference = counterpart(variant, task.name, preset, overrides)
     config = variant.config(reference.preset, **overrides)
     torch.manual_seed(0)
     return variant.build(config), reference.registration.build(reference.config), config, reference
@@ -159,9 +150,9 @@ def _split_flops(model: nn.Module, per_module: dict[str, int], total: int) -> tu
     return parts, kernel
 
 
-def snapshot(model: nn.Module, variant: Variant, config: Any, task: str) -> Snapshot:
+def snapshot(model: nn.Module, variant: Variant, config: Any, task: TaskShape) -> Snapshot:
     """Parameters, FLOPs at the task's size and module types per part of one built model."""
-    inputs = variant.example_input(config, TASK_SHAPES[task].for_config(config))
+    inputs = variant.example_input(config, task.for_config(config))
     flops = _split_flops(model, *module_flops(model, inputs))[0]
     return Snapshot(dict(parameters_by_part(model)), flops, structure_by_part(model))
 
@@ -169,7 +160,7 @@ def snapshot(model: nn.Module, variant: Variant, config: Any, task: str) -> Snap
 UNDECLARED = "undeclared differences"  # the attribution step from the counterpart to the variant fully reverted
 
 
-def attribute_steps(variant: Variant, task: str, preset: str | None, overrides: dict[str, Any],
+def attribute_steps(variant: Variant, task: TaskShape, preset: str | None, overrides: dict[str, Any],
                     ends: tuple[Snapshot, Snapshot], reference: Counterpart | None = None) -> list[dict[str, Any]]:
     """The steps of :func:`zoo.analysis.attribution.attribute` for a variant on a task; ``ends`` are the classic
     model's and the variant's snapshots (measured already), so only the intermediate models are built.
@@ -219,10 +210,10 @@ def activation_bytes(model: nn.Module, inputs: tuple) -> int:
     return sum(size for ptr, size in saved.items() if ptr not in params)
 
 
-def flop_profile(model: nn.Module, variant: Variant, config: Any, task: str) -> dict[str, Any]:
+def flop_profile(model: nn.Module, variant: Variant, config: Any, task: TaskShape) -> dict[str, Any]:
     """FLOPs per part at the task's size, and how attention FLOPs (whole part, and kernel alone) grow at
     1×, 2×, 4× the task's size, with the fitted exponent of the token count N."""
-    spec = TASK_SHAPES[task]
+    spec = task
     base = spec.for_config(config)
     by_part, attention, kernel = None, [], []
     for k in SCALES:
@@ -263,13 +254,13 @@ def _at_variant_sizes(lines: list[dict[str, Any]], params: int, flops: int) -> d
 
 def measure(
     name: str,
-    task: str | None = None,
+    task: TaskShape,
     preset: str | None = None,
     memory: bool = True,
     overrides: dict[str, Any] | None = None,
     attribution: bool = True,
 ) -> dict[str, Any]:
-    """The full delta report of variant ``name`` on ``task`` as a JSON-ready dict.
+    """The full delta report of variant ``name`` on a task (its :class:`TaskShape`) as a JSON-ready dict.
 
     ``overrides`` change the variant's config (and the classic counterpart's alike), e.g. the vocabulary
     size a training run really used. ``attribution=False`` skips building the intermediate models of
@@ -278,10 +269,10 @@ def measure(
     The classic side is :func:`zoo.analysis.counterpart.counterpart`: ``counterpart`` says which registration and
     preset, ``undeclared`` lists the config fields where the variant differs from it with no change declared.
     """
-    variant, task = resolve(name, task)
+    variant = get_variant(name, _shape(task).name)
     model, classic, config, reference = build_pair(name, task, preset, **(overrides or {}))
     base, classic_config = reference.registration, reference.config
-    spec = TASK_SHAPES[task]
+    spec = task
     shape = spec.for_config(config)
     structure = (structure_by_part(classic), structure_by_part(model))
     params = (parameters_by_part(classic), parameters_by_part(model))
@@ -331,7 +322,7 @@ def measure(
     report: dict[str, Any] = {
         "schema": 2,
         "variant": name,
-        "task": task,
+        "task": task.name,
         "preset": reference.preset,
         "counterpart": {"base": reference.base.name if reference.base else None, "preset": reference.preset,
                         "reference_sizes": reference.sized, "note": reference.note},

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from zoo.registry import Change, change_markdown
+
 KIND_LABELS = {"own": "", "resized": " (sizes)", "also_in": " (also here)", "tokens": " (token count)",
                "undeclared": " (undeclared!)"}
 
@@ -27,23 +29,8 @@ def _cells(params: dict[str, Any], flops: dict[str, Any], old: str, new: str) ->
 
 
 def _change_section(change: dict[str, Any], heading: str) -> list[str]:
-    title = change["part"] if change.get("name", change["part"]) == change["part"] else \
-        f"{change['part']}: {change['name']}"
-    lines = [
-        f"{heading}# {title} ({change['scope']})",
-        "",
-        f"The classic model uses {change['classic']}; this variant uses {change['variant']}. Why: {change['flaw']}.",
-        "",
-    ]
-    resized = [f"{part} ({how})" for part, how in change.get("resizes", {}).items()]
-    if resized:
-        lines += [f"It also sets the size of: {'; '.join(resized)}. These follow from it and are reverted with it, "
-                  "so they are not changes of their own: they are measured as this change's lines, and the other "
-                  "changes are measured at these sizes.", ""]
-    also = [f"{part} ({how})" for part, how in change.get("also_in", {}).items()]
-    if also:
-        lines += [f"The same change in another part: {'; '.join(also)}.", ""]
-    return lines
+    """A declared change of the report, rendered as everywhere else (:func:`zoo.registry.change_markdown`)."""
+    return change_markdown(Change(**change), heading).split("\n")
 
 
 def _structure(part: dict[str, Any]) -> str:

@@ -2,14 +2,10 @@
 
 ViT needs far more data than a CNN to beat it: it lacks a convolution's locality prior. DeiT's answer is
 in the training, not the architecture: a teacher (typically a CNN, which has that prior) is distilled into
-the ViT through an extra token. DeiT's declared changes are ViT's five, plus its own two, each revertible
-alone (``zoo ablate deit``):
-
-* **head**: a distillation token beside [CLS], read by a second linear head; the two heads' softmax
-  outputs are averaged at test time (the position table grows by one row);
-* **objective**: that head learns the teacher's arg-max (hard distillation) instead of the label. A change
-  of the training loss, with no parameters or FLOPs of its own: ``zoo diff`` says so, ``zoo ablate`` and
-  ``zoo lab small-data`` measure it.
+the ViT through an extra token. DeiT's declared changes, in ``CHANGES``, are ViT's five plus its own two (the
+distillation head and the objective), each revertible alone (``zoo ablate deit``); ``zoo diff deit`` renders
+them with the measured deltas. The objective is a change of the training loss, with no parameters or FLOPs of
+its own: ``zoo diff`` says so, ``zoo ablate`` and ``zoo lab small-data`` measure it.
 
 Training needs a teacher: ``zoo train cifar --variant deit --teacher RUN``, RUN a finished cifar run (e.g.
 ``--variant resnet18``). The finished DeiT run no longer needs it.
@@ -34,7 +30,7 @@ CHANGES = (
         "head",
         "one output read from one place ([CLS]), one linear classifier",
         "a second learned token (distillation) beside [CLS], with its own linear head; at test time the two "
-        "heads' softmax outputs are averaged",
+        "heads' softmax outputs are averaged (late fusion)",
         "a single [CLS] head must serve the label and the teacher at once; a separate token lets the teacher's "
         "signal reach every layer through attention without competing with the label (§4)",
         scope="task-specific",
@@ -44,8 +40,8 @@ CHANGES = (
     Change(
         "objective",
         "cross-entropy against the true label",
-        "hard distillation: ½·CE(class head, label) + ½·CE(distillation head, a teacher's arg-max prediction); "
-        "no parameters or FLOPs of its own",
+        "hard distillation (the paper's better choice): ½·CE(class head, label) + ½·CE(distillation head, a "
+        "teacher's arg-max prediction); no parameters or FLOPs of its own",
         "without a convolution's locality prior a ViT overfits small data; a CNN teacher hands that prior over "
         "as its predictions (on the same augmented images), which the label alone cannot",
         revert={"distillation": "none"},

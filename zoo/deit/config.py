@@ -1,9 +1,8 @@
 """Configuration of DeiT (Touvron et al. 2021): the ViT config plus DeiT's two choice fields.
 
-| field | DeiT | classic (and ViT) |
-|---|---|---|
-| ``distillation_token`` | ``True``: a second token beside [CLS], read by its own head | ``False``: [CLS] alone |
-| ``distillation`` | ``"hard"``: that head learns the teacher's arg-max | ``"none"``: every head learns the label |
+What DeiT changes from the classic model (and from ViT) is declared once, in ``CHANGES`` (:mod:`zoo.deit`);
+``zoo diff deit`` renders it with the measured deltas. Each choice field's default is DeiT's choice, and a
+change's ``revert`` sets the classic one.
 
 The presets are ViT's (DeiT-Ti and DeiT-S are ViT-Ti and ViT-S trained DeiT's way).
 """

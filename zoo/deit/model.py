@@ -1,11 +1,10 @@
 """DeiT (Touvron et al. 2021, "Training data-efficient image transformers & distillation through attention"),
 built as a patch on our ViT.
 
-DeiT keeps ViT's architecture and changes how it is trained: a **distillation token** joins the [CLS] token
-(§4); it passes through every layer like the others, and its own linear head is trained to reproduce a
-teacher's prediction, while the class head learns the label. With hard distillation (the paper's better
-choice) the loss is ``½·CE(class head, y) + ½·CE(distillation head, argmax teacher)``; at test time the two
-heads' softmax outputs are averaged ("late fusion").
+DeiT keeps ViT's architecture and changes how it is trained: a distillation token joins the [CLS] token
+(§4), passes through every layer like the others, and feeds a linear head of its own; at test time the two
+heads' softmax outputs are averaged (:func:`late_fusion`). What each head is trained towards, and why, is
+declared once, in ``CHANGES`` (:mod:`zoo.deit`); ``zoo diff deit`` renders it with the measured deltas.
 
 The model's output is always that fused prediction, as log-probabilities (so ``softmax`` of it is the
 average of the two softmaxes and ``cross_entropy`` on it is the fused model's): tensor in, tensor out, in

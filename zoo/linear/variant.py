@@ -1,7 +1,8 @@
 """The "linear" variant: the classic Transformer with linear attention in every attention layer.
 
-Only the kernel changes (``kernel="linear"``): projections, heads, FFN, norms, positions and the
-encoder–decoder topology are the classic model's, so the delta analysis sees exactly one replaced part.
+Its one change, the attention kernel (``kernel="linear"``), is declared once, in ``CHANGE``; ``zoo diff linear``
+renders it with the measured deltas. Projections, heads, FFN, norms, positions and the encoder–decoder
+topology are the classic model's, so the delta analysis sees exactly one replaced part.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ CHANGES = (
     ),
     Change(
         "stacking",
-        "isotropic stack at one resolution and width",
+        "isotropic stack at one resolution and width (here: one stage at 1/4, no decoder)",
         "four stages at 1/4 … 1/32 joined by overlapping stride-2 patch embeddings, and a U-shaped decoder: patch "
         "expanding, skip concatenation, Transformer blocks per scale",
         "single scale: dense prediction needs fine detail and coarse context together, and full resolution in every "

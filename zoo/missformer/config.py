@@ -1,18 +1,10 @@
 """Configuration of MISSFormer (Huang et al. 2021, arXiv 2109.07162), its stage geometry, and its presets.
 
 Besides the sizes, the config holds one *choice field* per part that MISSFormer changed, so that every
-declared change can be reverted alone to the classic Transformer's choice (see ``zoo/missformer/__init__.py``):
-
-| field | MISSFormer | classic |
-|---|---|---|
-| ``spatial_reduction`` | ``True``: keys/values from an R×R-reduced map | ``False``: global attention |
-| ``ffn`` | ``"remix"``: ReMix-FFN (depth-wise 3×3 conv + skip + LN) | ``"dense"``: position-wise FFN |
-| ``activation`` | ``"gelu"`` | ``"relu"`` |
-| ``hierarchy`` | ``True``: four stages and a U-shaped decoder | ``False``: one stage at 1/4, no decoder |
-| ``bridge_depth`` | ``4`` context-bridge layers | ``0``: no bridge |
-| ``tokens`` | ``"overlap"``: overlapping 7×7 stride-4 conv + LN | ``"vocabulary"``: looked-up symbols |
-| ``position`` | ``"none"`` | ``"sinusoidal"``: added to the embeddings |
-| ``norm_first`` | ``True`` (Pre-LN, a norm at the end of each stage) | ``False`` (Post-LN) |
+declared change can be reverted alone to the classic Transformer's choice: its default is MISSFormer's
+choice, and the change's ``revert`` sets the classic one. What MISSFormer changes from the classic model is
+declared once, in ``CHANGES`` (:mod:`zoo.missformer`); ``zoo diff missformer`` renders it with the measured
+deltas.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """MISSFormer (Huang et al. 2021, "An Effective Medical Image Segmentation Transformer"), from core blocks.
 
-MISSFormer is the classic Transformer encoder made into a U-shaped segmenter. What it changed, part by part:
+MISSFormer is the classic Transformer encoder made into a U-shaped segmenter. What it changes from the classic
+model is declared once, in ``CHANGES`` (:mod:`zoo.missformer`); ``zoo diff missformer`` renders it with the
+measured deltas.
 
-* **attention**: keys and values from the map reduced R× per side
-  (:class:`~zoo.missformer.attention.EfficientSelfAttention`, around the core multi-head attention), O(N²/R²)
-  instead of O(N²);
-* **ffn**: ReMix-FFN (:class:`~zoo.missformer.ffn.ReMixFFN`): a depth-wise 3×3 convolution with a skip and a
-  LayerNorm on the hidden tokens, GELU;
-* **stacking**: four stages at 1/4 … 1/32 (:class:`~zoo.missformer.encoder.HierarchicalEncoder`), a context
-  bridge attending all scales jointly (:class:`~zoo.missformer.bridge.ContextBridge`) and a U-shaped decoder
-  (:class:`~zoo.missformer.decoder.UShapedDecoder`);
-* **embedding**: an overlapping 7×7 stride-4 convolution + LayerNorm; **position**: none; **norm**: Pre-LN,
-  a LayerNorm at the end of every encoder stage.
+Where the changed parts live: :class:`~zoo.missformer.attention.EfficientSelfAttention` wraps the core
+multi-head attention, :class:`~zoo.missformer.ffn.ReMixFFN` is the FFN, and the stack is a
+:class:`~zoo.missformer.encoder.HierarchicalEncoder`, a :class:`~zoo.missformer.bridge.ContextBridge` and a
+:class:`~zoo.missformer.decoder.UShapedDecoder`.
 
 The Transformer blocks everywhere are core :class:`~core.layers.EncoderLayer` s with the attention and FFN
 injected; nothing is copied. The model computes what the official code (``networks/MISSFormer.py``)

@@ -1,9 +1,7 @@
 """Mixture of Experts: the FFN replaced by top-k routed expert FFNs (Switch Transformer, GShard).
 
-What it changed: only the ``ffn`` part. Every other layer's dense FFN becomes a router plus E expert
-FFNs of the same width, each token visiting k of them, so parameters grow E-fold in those layers while
-the compute per token grows only k-fold (the flaw addressed: in the classic model compute is tied to
-parameter count). The price is an auxiliary load-balancing loss, a capacity that may drop tokens, and a
+Its one change, the ``ffn`` part, is declared once, in ``CHANGE``; ``zoo diff moe`` renders it with the
+measured deltas. The price is an auxiliary load-balancing loss, a capacity that may drop tokens, and a
 router to train.
 
 The capacity policy (reasons in :mod:`zoo.moe.layer`): in training, each expert's capacity is counted
@@ -45,10 +43,11 @@ register_ffn("moe", moe_ffn)
 CHANGE = Change(
     "ffn",
     "one dense FFN per layer: every token uses all parameters",
-    "top-2 routed mixture of 8 expert FFNs in every other layer; in training each expert takes at most "
-    "1.25× its balanced share of each sequence, earlier positions first, padding never routed; evaluation "
-    "is dropless",
-    "compute is tied to parameter count",
+    "top-2 routed mixture of 8 expert FFNs (each as wide as the dense one) in every other layer; in training "
+    "each expert takes at most 1.25× its balanced share of each sequence, earlier positions first, padding "
+    "never routed; evaluation is dropless",
+    "compute is tied to parameter count; with E experts, k per token, a layer's parameters grow E-fold while "
+    "the compute per token grows only k-fold",
     scope="general",
     revert={"ffn": "dense", "ffn_options": {}},
 )

@@ -23,7 +23,8 @@ CHANGES = (
     Change(
         "attention",
         "global softmax attention over all tokens",
-        "softmax attention inside W×W windows, shifted by W/2 every other block (W-MSA / SW-MSA)",
+        "softmax attention inside W×W windows, shifted by ⌊W/2⌋ every other block (W-MSA / SW-MSA): linear "
+        "instead of quadratic in the number of tokens",
         "quadratic cost in the number of tokens, prohibitive at the token counts of dense vision tasks",
         revert={"window_size": None},
         resizes={"position": "the relative table spans the (2W−1)² offsets inside a window, not those of the "
@@ -39,7 +40,8 @@ CHANGES = (
     Change(
         "stacking",
         "isotropic stack at one resolution and width, label read out by an encoder–decoder",
-        "a hierarchy of stages (Swin-T: 4, at 1/4 … 1/32 of the image) with patch merging, global average pooling",
+        "a hierarchy of stages at 1/P, 1/2P, 1/4P, … of the image (Swin-T: 4 stages, 1/4 … 1/32) with patch "
+        "merging between them, and a global average pool",
         "single scale: no multi-scale feature maps for dense prediction, and every layer pays full resolution",
         scope="task-specific",
         revert={"hierarchy": False, "readout": "decoder"},

@@ -1,17 +1,9 @@
 """Configuration of the Swin Transformer (Liu et al. 2021), its stage geometry, and its named presets.
 
 Besides the sizes, the config holds one *choice field* per part that Swin changed, so that every declared
-change can be reverted alone to the classic Transformer's choice (see ``zoo/swin/__init__.py``):
-
-| field | Swin | classic |
-|---|---|---|
-| ``window_size`` | ``int``: attention inside shifted W×W windows | ``None``: global attention over the map |
-| ``position`` | ``"relative"``: learned bias per offset, in every block | ``"sinusoidal"``: added once |
-| ``hierarchy`` | ``True``: stages, patch merging between them | ``False``: one resolution, one width |
-| ``readout`` | ``"mean"``: global average pooling | ``"decoder"``: the encoder–decoder topology |
-| ``tokens`` | ``"patch"``: linear projection of each patch (+ LayerNorm) | ``"vocabulary"``: looked-up symbols |
-| ``norm_first`` | ``True`` (Pre-LN + final norm) | ``False`` (Post-LN) |
-| ``activation`` | ``"gelu"`` | ``"relu"`` |
+change can be reverted alone to the classic Transformer's choice: its default is Swin's choice, and the
+change's ``revert`` sets the classic one. What Swin changes from the classic model is declared once, in
+``CHANGES`` (:mod:`zoo.swin`); ``zoo diff swin`` renders it with the measured deltas.
 """
 
 from __future__ import annotations

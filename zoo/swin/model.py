@@ -1,20 +1,13 @@
 """The Swin Transformer (Liu et al. 2021, "Hierarchical Vision Transformer using Shifted Windows"), from core blocks.
 
-Swin is the classic Transformer encoder made into a hierarchical backbone. What it changed, part by part:
+Swin is the classic Transformer encoder made into a hierarchical backbone. What it changes from the classic
+model is declared once, in ``CHANGES`` (:mod:`zoo.swin`); ``zoo diff swin`` renders it with the measured deltas.
 
-* **attention**: softmax attention inside W×W windows, shifted by ⌊W/2⌋ every other block
-  (:class:`~zoo.swin.attention.WindowAttention`, a kernel of the core multi-head attention) — linear
-  instead of quadratic in the number of tokens;
-* **position**: a learned bias per relative offset inside the window, in every block
-  (:class:`~zoo.swin.relative_position.RelativePositionBias`), instead of absolute sinusoids added once;
-* **stacking**: stages at 1/P, 1/2P, 1/4P, ... of the image with patch merging between them
-  (:class:`~zoo.swin.merging.PatchMerging`) and a global average pool, instead of one resolution and
-  width and an encoder–decoder read-out;
-* **embedding**: a linear patch projection followed by a LayerNorm instead of a vocabulary lookup;
-* **norm**: Pre-LN with a final LayerNorm; **ffn**: GELU.
-
-The blocks are core :class:`~core.layers.EncoderLayer` s, the stack is a core :class:`~core.layers.Encoder`
-holding the patch merges between its stages; nothing is copied.
+Where the changed parts live: :class:`~zoo.swin.attention.WindowAttention` is a kernel of the core multi-head
+attention, :class:`~zoo.swin.relative_position.RelativePositionBias` holds the learned relative bias, and
+:class:`~zoo.swin.merging.PatchMerging` joins the stages. The blocks are core :class:`~core.layers.EncoderLayer`
+s, the stack is a core :class:`~core.layers.Encoder` holding the patch merges between its stages; nothing is
+copied.
 
 Shape legend: B batch, C channels, H×W image, P patch, Nᵢ tokens of stage i, Dᵢ its width, K classes.
 """

@@ -30,7 +30,8 @@ CHANGES = (
     Change(
         "position",
         "fixed sinusoids added to the embeddings",
-        "a learned absolute table over the patch grid (+ [CLS]), resampled bicubically at other image sizes",
+        "a learned absolute table over the patch grid (+ [CLS]); at another image size its grid is resampled "
+        "bicubically (as timm does), since a learned table cannot extrapolate",
         "fixed 1-D frequencies know nothing of the 2-D patch grid; a learned table adapts to it from the data",
         revert={"position": "sinusoidal"},
     ),

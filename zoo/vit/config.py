@@ -1,15 +1,9 @@
 """Configuration of the Vision Transformer (Dosovitskiy et al. 2021) and its named presets.
 
 Besides the sizes, the config holds one *choice field* per part that ViT changed, so that every declared
-change can be reverted alone to the classic Transformer's choice (see ``zoo/vit/__init__.py``):
-
-| field | ViT | classic |
-|---|---|---|
-| ``tokens`` | ``"patch"``: linear projection of each patch | ``"vocabulary"``: each patch a looked-up symbol |
-| ``position`` | ``"learned"`` absolute table | ``"sinusoidal"`` |
-| ``norm_first`` | ``True`` (Pre-LN + final norm) | ``False`` (Post-LN) |
-| ``activation`` | ``"gelu"`` | ``"relu"`` |
-| ``readout`` | ``"cls"`` token (or ``"mean"``) | ``"decoder"``: the encoder–decoder topology |
+change can be reverted alone to the classic Transformer's choice: its default is ViT's choice, and the
+change's ``revert`` sets the classic one. What ViT changes from the classic model is declared once, in
+``CHANGES`` (:mod:`zoo.vit`); ``zoo diff vit`` renders it with the measured deltas.
 """
 
 from __future__ import annotations
@@ -51,7 +45,7 @@ class ViTConfig:
     position: str = "learned"
     norm_first: bool = True
     activation: str = "gelu"
-    readout: str = "cls"
+    readout: str = "cls"  # or "mean" (the patch tokens' average); the classic choice is "decoder"
     decoder_layers: int = 1  # only used by readout="decoder"
 
     def __post_init__(self) -> None:

@@ -1,16 +1,10 @@
 """The Vision Transformer (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words"), built from core blocks.
 
-ViT is the classic Transformer *encoder* run on image patches. What it changed, part by part:
+ViT is the classic Transformer *encoder* run on image patches. What it changes from the classic model is
+declared once, in ``CHANGES`` (:mod:`zoo.vit`); ``zoo diff vit`` renders it with the measured deltas.
 
-* **embedding**: each P×P patch is projected linearly to D (:class:`zoo.vision.PatchEmbedding`) instead of
-  being a symbol looked up in a vocabulary;
-* **position**: a learned absolute table instead of fixed sinusoids; at another image size the table's
-  patch grid is resampled bicubically (as timm does), since a learned table cannot extrapolate;
-* **norm**: Pre-LN with a final LayerNorm (eps 1e-6) instead of Post-LN;
-* **ffn**: GELU instead of ReLU;
-* **stacking**: encoder only, the class read from a learned [CLS] token, instead of the encoder–decoder.
-
-The encoder layers, multi-head attention, kernels and FFN are the core's; nothing is copied.
+The patches are projected by :class:`zoo.vision.PatchEmbedding`; the encoder layers, multi-head attention,
+kernels and FFN are the core's; nothing is copied.
 
 Shape legend: B batch, C channels, H×W image, P patch, h×w = (H/P)×(W/P) patch grid, N = h·w patches,
 T = N + extra tokens ([CLS]), D width, K classes.

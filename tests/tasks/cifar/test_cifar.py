@@ -29,6 +29,7 @@ from tasks.cifar.task import CifarConfig, CifarTask, warmup_cosine
 from tasks.cli.main import main
 from tasks.engine.distributed import DistInfo
 from tasks.engine.trainer import Trainer
+from tasks.runs.training import train
 from zoo.registry import Paper, Variant
 
 # --- a stand-in variant: the real "vit" and "swin" are written elsewhere ---------------------------------
@@ -294,7 +295,7 @@ def test_training_run_writes_the_report(tmp_path, stand_in):
     write_fake_cifar(tmp_path / "data", per_batch=40)
     config = CifarConfig(variant="tiny-vit", data=str(tmp_path / "data"), out=str(tmp_path / "run"), epochs=2,
                          batch_size=32, warmup=2, progress=False)
-    summary = Trainer(CifarTask, config).fit()
+    summary = train(CifarTask, config)
     out = tmp_path / "run"
     final = summary["final"]["test"]
     assert 0.0 <= final["top1"] <= 1.0 and len(final["per_class"]) == 10
@@ -325,7 +326,7 @@ def test_resume_after_ctrl_c_mid_epoch_is_exact(tmp_path, stand_in, monkeypatch)
 
     monkeypatch.setattr(CifarTask, "loss", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        Trainer(CifarTask, config("split")).fit()
+        train(CifarTask, config("split"))
     monkeypatch.setattr(CifarTask, "loss", original)
     resumed = Trainer(CifarTask, config("split", resume=True))
     resumed.fit()

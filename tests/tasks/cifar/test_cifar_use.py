@@ -19,10 +19,10 @@ from tasks.cifar.datasets import EMBEDDED
 from tasks.cifar.predict import predict
 from tasks.cifar.task import CifarConfig, CifarTask
 from tasks.cli.main import main
-from tasks.engine.trainer import Trainer
 from tasks.runs.evaluate import evaluate_run
+from tasks.runs.export import export_run
 from tasks.runs.records import read_records, split_hash
-from tasks.runs.run import export_run
+from tasks.runs.training import train
 from tests.conftest import weight_dtypes
 
 N_TRAIN, N_TEST = 300, 60
@@ -69,7 +69,7 @@ def trained(tmp_path_factory):
     config = CifarConfig(variant="vit", preset="tiny", data=str(data), out=str(root / "run"), epochs=1,
                          batch_size=50, warmup=2, eval_batch_size=25, attention_images=2, progress=False,
                          device="cpu")
-    summary = Trainer(CifarTask, config).fit()
+    summary = train(CifarTask, config)
     return root / "run", summary
 
 

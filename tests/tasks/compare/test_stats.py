@@ -10,16 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from tasks.compare.paired import (
-    PairedMetric,
-    _bleu_score,
-    _bleu_stats,
-    _correct_stats,
-    _first_column,
-    _macro_f1,
-    _mean_score,
-    paired_statistics,
-)
+from tasks.cifar.paired import _correct_stats, _macro_f1
+from tasks.compare.paired import PairedMetric, first_column, mean_score, paired_statistics
 from tasks.compare.stats import (
     check_alpha,
     holm,
@@ -32,6 +24,7 @@ from tasks.compare.stats import (
     verdict,
     wilcoxon_test,
 )
+from tasks.translation.paired import _bleu_score, _bleu_stats
 
 REFS = ["the cat sat on the mat", "a dog ran home", "he went home today", "she likes green apples",
         "we read a long book", "they play in the park"] * 10
@@ -217,7 +210,7 @@ def test_accuracy_reports_mcnemar_with_one_seed_and_sign_flips_with_several():
     labels = [i % 10 for i in range(200)]
     right = [{"label": y, "prediction": y} for y in labels]
     wrong = [{"label": y, "prediction": (y + 1) % 10 if i % 3 else y} for i, y in enumerate(labels)]
-    metric = PairedMetric("top1", "top-1", "test", True, "mcnemar", _correct_stats, _mean_score, _first_column)
+    metric = PairedMetric("top1", "top-1", "test", True, "mcnemar", _correct_stats, mean_score, first_column)
 
     def runs(*records):
         return [("h", _correct_stats(r, {})) for r in records]
@@ -237,7 +230,7 @@ def test_accuracy_reports_mcnemar_with_one_seed_and_sign_flips_with_several():
 def test_macro_f1_from_confusion_cells_is_scikit_learns():
     from sklearn.metrics import f1_score
 
-    from tasks.compare.paired import _confusion_stats
+    from tasks.cifar.paired import _confusion_stats
 
     rng = np.random.default_rng(1)
     y, p = rng.integers(0, 4, 60), rng.integers(0, 4, 60)

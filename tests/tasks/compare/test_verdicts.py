@@ -12,22 +12,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tasks.compare.paired import (
-    PairedMetric,
-    _bleu_score,
-    _bleu_stats,
-    _first_column,
-    _mean_score,
-    paired_statistics,
-    task_metrics,
-)
+from tasks.compare.paired import PairedMetric, first_column, mean_score, paired_statistics, task_metrics
 from tasks.compare.stats import resample_counts, seed_t_test
+from tasks.translation.paired import _bleu_score, _bleu_stats
 
 MEDSEG_INFO = {"config": {"hd95": "papers"}, "preprocessing": {"class_names": ["background", "liver"]}}
 
 
 def _mean_metric(higher_is_better: bool = True, extra_test: str = "wilcoxon") -> PairedMetric:
-    return PairedMetric("m", "metric", "test", higher_is_better, extra_test, _value_stats, _mean_score, _first_column)
+    return PairedMetric("m", "metric", "test", higher_is_better, extra_test, _value_stats, mean_score, first_column)
 
 
 def _value_stats(values) -> np.ndarray:

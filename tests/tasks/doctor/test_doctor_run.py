@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tasks.cli.main import main
-from tasks.engine.trainer import Trainer
+from tasks.runs.training import train
 from tasks.translation.corpus import generate_corpus
 from tasks.translation.task import TranslationConfig, TranslationTask
 
@@ -31,7 +31,7 @@ def write_parallel(folder: Path, n_train: int = 600) -> Path:
 def tiny_run(out: Path, data: Path, doctor: bool, epochs: int = 4) -> Path:
     config = TranslationConfig(out=str(out), data=str(data), preset="tiny", epochs=epochs, lr=5e-3, batch_size=16,
                                warmup=20, eval_size=16, beam_size=2, progress=False, doctor=doctor, tokenizer="word")
-    Trainer(TranslationTask, config).fit()
+    train(TranslationTask, config)
     return out
 
 

@@ -11,6 +11,7 @@ import torch
 
 from tasks.engine.budget import EpochBudget, FlopBudget, TimeBudget, parse_budget
 from tasks.engine.trainer import Trainer
+from tasks.runs.training import callbacks_for
 from tests.toy_task import ToyConfig, ToyTask
 
 STEP_FLOPS = 3 * 2 * 8 * (4 * 16 + 16 * 1)
@@ -18,7 +19,7 @@ STEP_FLOPS = 3 * 2 * 8 * (4 * 16 + 16 * 1)
 
 def _trainer(tmp_path, name, budget=None, **kw):
     config = ToyConfig(out=str(tmp_path / name), progress=False, **kw)
-    return Trainer(ToyTask, config, budget)
+    return Trainer(ToyTask, config, budget, callbacks_for(config))
 
 
 def test_flop_budget_stops_mid_epoch_checkpoints_and_evaluates(tmp_path):

@@ -43,7 +43,7 @@ def test_compiled_translation_model_equals_eager_without_recompiling():
     """The one real compilation: float64 both ways (tests/README.md rule 1), so the two may differ only by
     float64 rounding of reordered sums; a second batch of other lengths and size reuses the graphs."""
     eager, plain = tiny_translation_model(), tiny_translation_model()
-    compiled = CompiledModel(plain, dynamic_shapes("translation"), "tiny")
+    compiled = CompiledModel(plain, dynamic_shapes(True), "tiny")
     gen = torch.Generator().manual_seed(0)
     for i, (batch, src_len, tgt_len) in enumerate([(4, 6, 8), (3, 9, 5)]):  # lengths as buckets vary them
         src = torch.randint(3, 16, (batch, src_len), generator=gen)
@@ -293,9 +293,9 @@ def test_wrapper_is_the_plain_module_but_for_its_forward(fake_compile):
 
 def test_trainer_compiles_a_ddp_module_for_training_and_the_plain_one_for_evaluation(fake_compile):
     model = nn.Linear(2, 2)
-    shared_training, shared_evaluation = compile_for_trainer(model, model, "cifar", "vit")
+    shared_training, shared_evaluation = compile_for_trainer(model, model, False, "vit")
     assert shared_training is shared_evaluation and fake_compile["dynamic"] == [None]
     ddp_like = nn.Sequential(model)  # stands for DistributedDataParallel(model)
-    training, evaluation = compile_for_trainer(ddp_like, model, "translation", "classic")
+    training, evaluation = compile_for_trainer(ddp_like, model, True, "classic")
     assert training.module is ddp_like and evaluation.module is model
     assert fake_compile["dynamic"][1:] == [True, True]  # translation: symbolic lengths from the first batch

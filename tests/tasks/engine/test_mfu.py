@@ -9,8 +9,8 @@ import torch
 
 import tasks.engine.mfu as mfu
 from tasks.engine.budget import FlopBudget
-from tasks.engine.trainer import Trainer
 from tasks.runs.report import summary_lines
+from tasks.runs.training import train
 from tests.toy_task import ToyConfig, ToyTask
 
 STEP_FLOPS = 3 * 2 * 8 * (4 * 16 + 16 * 1)
@@ -103,7 +103,7 @@ def _fit(tmp_path, monkeypatch, name, budget=None, **kw):
     monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(mfu, "PROBE_SIZE", {"cpu": 256})  # a short real probe: the test bounds, never times
     config = ToyConfig(out=str(tmp_path / name), progress=False, **kw)
-    return Trainer(ToyTask, config, budget).fit()
+    return train(ToyTask, config, budget)
 
 
 def test_a_training_run_reports_its_flop_rate_and_mfu(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import tasks.engine.precision as precision
 from core.model import build_transformer
 from tasks.engine.precision import Precision, bf16_weights, eval_context, resolve
 from tasks.engine.trainer import Trainer
+from tasks.runs.training import callbacks_for
 from tests.conftest import copy_batch
 from tests.toy_task import ToyConfig, ToyTask
 
@@ -36,7 +37,7 @@ def no_native(monkeypatch):
 
 def train(tmp_path, name, **kw):
     config = ToyConfig(out=str(tmp_path / name), progress=False, epochs=1, **kw)
-    trainer = Trainer(ToyTask, config)
+    trainer = Trainer(ToyTask, config, callbacks=callbacks_for(config))
     return trainer, trainer.fit()
 
 

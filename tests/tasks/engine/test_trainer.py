@@ -11,13 +11,14 @@ import torch
 
 from tasks.engine.checkpoint import load_checkpoint, save_checkpoint
 from tasks.engine.trainer import NonFiniteLossError, Trainer
+from tasks.runs.training import callbacks_for
 from tests.numerics import assert_close_fp64
 from tests.toy_task import ToyConfig, ToyTask
 
 
 def run(tmp_path, name="run", **kw):
     config = ToyConfig(out=str(tmp_path / name), progress=False, **kw)
-    trainer = Trainer(ToyTask, config)
+    trainer = Trainer(ToyTask, config, callbacks=callbacks_for(config))
     return trainer, trainer.fit()
 
 
@@ -143,15 +144,56 @@ def test_bad_device_is_a_clear_error(tmp_path):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="torchrun on CPU is exercised on Linux")
 def test_two_processes_match_one_process_on_the_combined_batch(tmp_path):
-    script = Path(__file__).parents[2] / "ddp_worker.py"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3]), "OMP_NUM_THREADS": "1"}
+    # run as the module tests.ddp_worker: a script's own folder (tests/) would come first on sys.path, and its
+    # tests/tasks package would hide the real tasks package
+    repo = Path(__file__).parents[3]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
     single = tmp_path / "single.pt"
-    subprocess.run([sys.executable, str(script), str(tmp_path / "one"), str(single)], check=True, env=env,
-                   timeout=240)
+    subprocess.run([sys.executable, "-m", "tests.ddp_worker", str(tmp_path / "one"), str(single)], check=True,
+                   env=env, cwd=repo, timeout=240)
     double = tmp_path / "double.pt"
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                    str(script), str(tmp_path / "two"), str(double)], check=True, env=env, timeout=240)
+                    "-m", "tests.ddp_worker", str(tmp_path / "two"), str(double)], check=True, env=env, cwd=repo,
+                   timeout=240)
     one, two = torch.load(single, weights_only=True), torch.load(double, weights_only=True)
     for key in one["model"]:  # float64 (see ddp_worker.py): the all-reduce sums in another order
         assert_close_fp64(two["model"][key], one["model"][key])
     assert one["history"][-1]["train_loss"] == pytest.approx(two["history"][-1]["train_loss"], rel=1e-10)
+
+
+def test_the_trainer_trains_and_leaves_the_run_folder_to_its_callbacks(tmp_path):
+    """Without callbacks the trainer writes only its checkpoints and metrics.jsonl; each callback sees every hook,
+    in order, and its report section reaches on_finish."""
+    from tasks.engine.callbacks import Callback
+
+    class Recorder(Callback):
+        def __init__(self):
+            self.calls = []
+
+        def on_start(self, trainer, step):
+            self.calls.append(("start", step))
+
+        def on_step(self, trainer, step, loss, lr):
+            self.calls.append(("step", step))
+
+        def on_epoch_end(self, trainer, history):
+            self.calls.append(("epoch", len(history)))
+
+        def section(self, trainer):
+            return "## Recorded"
+
+        def on_finish(self, trainer, summary, sections):
+            self.calls.append(("finish", sections[-1]))
+
+    recorder = Recorder()
+    config = ToyConfig(out=str(tmp_path / "bare"), progress=False, epochs=2, n_examples=16)
+    Trainer(ToyTask, config, callbacks=[recorder]).fit()
+    out = tmp_path / "bare"
+    assert (out / "checkpoints" / "last.pt").is_file() and (out / "metrics.jsonl").is_file()
+    assert not any((out / name).exists() for name in ("run.json", "report.md", "metrics.json", "config.json"))
+    assert recorder.calls[0] == ("start", 0) and recorder.calls[-1] == ("finish", "## Recorded")
+    assert [c for c in recorder.calls if c[0] == "epoch"] == [("epoch", 1), ("epoch", 2)]
+    steps = [c[1] for c in recorder.calls if c[0] == "step"]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) == 2 * 2  # 16 examples in batches of 8, 2 epochs
+    first_epoch_end = recorder.calls.index(("epoch", 1))
+    assert [c[0] for c in recorder.calls[1:first_epoch_end]] == ["step", "step"]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.tables import markdown_table
 from tasks.medseg.metrics import (
     CONVENTIONS,
     case_scores,
@@ -22,7 +23,6 @@ from tasks.medseg.metrics import (
     surface_distances,
 )
 from tasks.medseg.report import case_table, organ_table, pick_overlay_slices, plot_overlays
-from tasks.runs.report import markdown_table
 
 NAMES = ["background", "aorta", "gallbladder", "kidney"]
 

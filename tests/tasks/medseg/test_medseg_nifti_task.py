@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.engine.trainer import Trainer
 from tasks.medseg.folds import read_splits
 from tasks.medseg.phantom_nifti import write_phantom_nifti
 from tasks.medseg.predict import predict
@@ -24,6 +23,7 @@ from tasks.medseg.task import MedsegConfig, MedsegTask
 from tasks.runs.evaluate import evaluate_run
 from tasks.runs.records import read_records
 from tasks.runs.run import load_run
+from tasks.runs.training import train
 
 TRAIN = ("case0005", "case0006", "case0007", "case0008")
 TINY = {"slices": 6, "size": (32, 36), "train_cases": TRAIN, "test_cases": ("case0001",)}
@@ -59,7 +59,7 @@ def runs(folders):
         extra = {"variant": "missformer", "preset": "tiny"} if layout == "nnunet" else {}
         config = MedsegConfig(data=str(folders[layout]), out=str(folders["root"] / f"run-{layout}"),
                               **{**SMALL, **extra})
-        out[layout] = Path(config.out), Trainer(MedsegTask, config).fit()
+        out[layout] = Path(config.out), train(MedsegTask, config)
     return out
 
 

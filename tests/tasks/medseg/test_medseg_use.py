@@ -8,14 +8,15 @@ import pytest
 import torch
 
 from tasks.cli.main import main
-from tasks.engine.trainer import Trainer
 from tasks.medseg.data import SYNAPSE_CLASSES
 from tasks.medseg.phantom import write_phantom
 from tasks.medseg.predict import predict
 from tasks.medseg.task import MedsegConfig, MedsegTask
 from tasks.runs.evaluate import evaluate_run
+from tasks.runs.export import export_run
 from tasks.runs.records import read_records
-from tasks.runs.run import export_run, load_run
+from tasks.runs.run import load_run
+from tasks.runs.training import train
 from tests.conftest import weight_dtypes
 
 SMALL = {"image_size": 32, "epochs": 1, "batch_size": 4, "valid_cases": 1, "progress": False, "overlay_slices": 0,
@@ -35,7 +36,7 @@ def trained(data, tmp_path_factory):
     """A one-epoch MISSFormer (tiny preset) run on ``data``: (run folder, the training's summary)."""
     out = tmp_path_factory.mktemp("runs") / "missformer"
     config = MedsegConfig(data=str(data), variant="missformer", preset="tiny", out=str(out), **SMALL)
-    return out, Trainer(MedsegTask, config).fit()
+    return out, train(MedsegTask, config)
 
 
 @pytest.fixture(scope="module")

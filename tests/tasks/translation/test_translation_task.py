@@ -7,6 +7,7 @@ import torch
 
 from tasks.cli.main import main
 from tasks.engine.trainer import Trainer
+from tasks.runs.training import callbacks_for
 from tasks.translation.metrics import bleu_by_length, translation_metrics
 from tasks.translation.task import TranslationConfig, TranslationTask
 
@@ -15,7 +16,7 @@ TINY = dict(preset="tiny", n_train=300, eval_size=40, batch_size=32, warmup=20, 
 
 def tiny_run(tmp_path, name="run", **kw):
     config = TranslationConfig(out=str(tmp_path / name), **{**TINY, **kw})
-    trainer = Trainer(TranslationTask, config)
+    trainer = Trainer(TranslationTask, config, callbacks=callbacks_for(config))
     return trainer, trainer.fit()
 
 

@@ -14,10 +14,11 @@ import torch
 import zoo
 from tasks.cli.main import main
 from tasks.engine.distributed import DistInfo
-from tasks.engine.trainer import Trainer
 from tasks.runs.evaluate import evaluate_run
+from tasks.runs.export import export_run
 from tasks.runs.records import read_records, split_hash
-from tasks.runs.run import export_run, load_run
+from tasks.runs.run import load_run
+from tasks.runs.training import train
 from tasks.translation.corpus import generate_corpus
 from tasks.translation.predict import predict
 from tasks.translation.task import TranslationConfig, TranslationTask
@@ -43,7 +44,7 @@ def run_dir(tmp_path_factory) -> Path:
     data = write_parallel(root / "data", {k: corpus[k] for k in ("train", "valid", "test")})
     config = TranslationConfig(out=str(root / "run"), data=str(data), preset="tiny", epochs=5, lr=5e-3, batch_size=16,
                                warmup=20, eval_size=16, beam_size=2, temperature=0.8, progress=False)
-    Trainer(TranslationTask, config).fit()
+    train(TranslationTask, config)
     return root / "run"
 
 

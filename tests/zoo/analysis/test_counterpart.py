@@ -14,6 +14,7 @@ import zoo
 from tasks.cli.main import main
 from tasks.compare.run_results import RunResult
 from tasks.compare.sweep import ablate, compare
+from tasks.engine.registry import task_shape
 from tasks.plugins.loader import load_user_dir
 from tests.plugin_helpers import UNDECLARED, isolated_registry, variant_source, write_plugin
 from zoo.analysis.counterpart import ABSENT, Difference, base_of, counterpart, undeclared_differences
@@ -121,7 +122,7 @@ def test_builds_on_must_name_a_registered_variant_of_each_task():
 # ------------------------------------------------------------------------------- the plugins that hide a change
 
 def test_zoo_diff_measures_against_the_registered_classic(plugins):
-    report = measure("wide", "translation", preset="tiny", memory=False)
+    report = measure("wide", task_shape("translation"), preset="tiny", memory=False)
     assert report["totals"]["params"] == {"classic": CLASSIC_TINY, "variant": 57_632}
     assert sum(p.numel() for p in zoo.create("classic", preset="tiny").parameters()) == CLASSIC_TINY
     assert report["counterpart"] == {"base": "classic", "preset": "tiny", "reference_sizes": True, "note": ""}
@@ -133,7 +134,7 @@ def test_zoo_diff_measures_against_the_registered_classic(plugins):
     text = render_markdown(report)
     assert "## Undeclared differences" in text and f"- {HEADS}" in text
     assert "| ↳ by undeclared differences (undeclared!) |" in text
-    chunky = measure("chunky", "translation", preset="tiny", memory=False)
+    chunky = measure("chunky", task_shape("translation"), preset="tiny", memory=False)
     assert [d["field"] for d in chunky["undeclared"]] == ["kernel_options.chunk_size"]
     (step, _) = chunky["attribution"]["changes"]  # another chunk size: the causal attention's FLOPs alone move
     assert step["change"] == "undeclared differences" and step["params"]["total"] == 0 and step["flops"]["total"]

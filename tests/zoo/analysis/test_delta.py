@@ -10,7 +10,8 @@ import zoo
 from core.model import build_transformer
 from core.parts import PARTS, PROCEDURES
 from tasks.cli.main import main, variant_rows, variants_markdown
-from zoo.analysis.delta import TASK_SHAPES, flops_by_part, measure, module_flops
+from tasks.engine.registry import task_shape
+from zoo.analysis.delta import flops_by_part, measure, module_flops
 from zoo.analysis.report import render_markdown
 
 
@@ -18,7 +19,7 @@ from zoo.analysis.report import render_markdown
 def test_declared_changes_are_exactly_the_measured_ones(name):
     for task in zoo.tasks_of(name):
         variant = zoo.get_variant(name, task)
-        report = measure(name, task, memory=False)
+        report = measure(name, task_shape(task), memory=False)
         measured = {p["part"] for p in report["parts"] if p["measured_change"]}
         procedures = {p["part"] for p in report["parts"] if p["procedure_only"]}  # e.g. DeiT's objective
         assert measured == set(variant.parts_reached) - procedures, (task, report["parts"])
@@ -77,7 +78,7 @@ def test_classic_layer_parameters_and_flops_match_hand_formulas():
 
 
 def test_json_schema_is_stable():
-    report = measure("rope", "translation", preset="tiny")
+    report = measure("rope", task_shape("translation"), preset="tiny")
     assert set(report) == {"schema", "variant", "task", "preset", "input", "paper", "summary", "changes", "parts",
                            "totals", "attribution", "attention_growth", "conventions", "activation_bytes",
                            "counterpart", "undeclared"}
@@ -101,7 +102,7 @@ def test_json_schema_is_stable():
 
 
 def test_pre_ln_adds_two_final_norms():
-    report = measure("pre-ln", "translation", preset="tiny")
+    report = measure("pre-ln", task_shape("translation"), preset="tiny")
     (norm,) = report["parts"]
     assert norm["part"] == "norm" and norm["added"] == {"LayerNorm": 2}
     assert norm["params"]["delta"] == 2 * 2 * 32
@@ -110,8 +111,8 @@ def test_pre_ln_adds_two_final_norms():
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: measure("rop"), "Did you mean 'rope'"),
-        (lambda: measure("rope", "translaton"), "unknown task"),
+        (lambda: measure("rop", task_shape("translation")), "Did you mean 'rope'"),
+        (lambda: task_shape("translaton"), "unknown task"),
         (lambda: zoo.get_variant("rope", "cifar"), "does not run on the cifar task"),
         (lambda: zoo.Change("attentoin", "a", "b", "c"), "Did you mean 'attention'"),
         (lambda: zoo.Change("attention", "a", "b", "c", scope="local"), "unknown scope"),
@@ -147,7 +148,7 @@ def test_readme_variant_table_is_up_to_date():
 def test_task_shapes_cover_every_task():
     for name in zoo.list_variants():
         for task in zoo.tasks_of(name):
-            assert task in TASK_SHAPES
+            assert task_shape(task).name == task  # every task a variant runs on declares its shape
     assert set(PARTS) >= {"attention", "ffn", "position", "norm"}
 
 

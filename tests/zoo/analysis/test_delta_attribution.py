@@ -14,6 +14,7 @@ import pytest
 
 import zoo
 from core.parts import PARTS, PROCEDURES, parameters_by_part
+from tasks.engine.registry import task_shape
 from zoo.analysis.attribution import Snapshot, attribute, cumulative_configs
 from zoo.analysis.delta import measured_at, structure_by_part
 from zoo.registry import Change, Variant
@@ -27,7 +28,7 @@ def _snapshot(model) -> Snapshot:
 
 
 def _steps(variant: Variant, task: str) -> list[dict]:
-    configs = cumulative_configs(variant, *measured_at(variant, task))
+    configs = cumulative_configs(variant, *measured_at(variant, task_shape(task)))
     return attribute(variant.attribution_order(), [_snapshot(variant.build(c)) for c in configs])
 
 
@@ -48,7 +49,7 @@ def problems(variant: Variant, task: str) -> list[str]:
 @pytest.mark.parametrize("name, task", REGISTRATIONS)
 def test_reverting_one_change_moves_only_the_parts_it_names(name, task):
     variant = zoo.get_variant(name, task)
-    preset, overrides = measured_at(variant, task)
+    preset, overrides = measured_at(variant, task_shape(task))
     full = parameters_by_part(variant.build(variant.config(preset, **overrides)))
     for change in variant.independent_changes():
         reverted = parameters_by_part(variant.build(variant.config(preset, **{**overrides, **change.revert})))
@@ -66,7 +67,7 @@ def test_every_difference_is_booked_to_a_change_that_names_its_part(name, task):
 @pytest.mark.parametrize("name, task", REGISTRATIONS)
 def test_ablation_rows_are_distinct_independent_changes(name, task):
     variant = zoo.get_variant(name, task)
-    preset, overrides = measured_at(variant, task)
+    preset, overrides = measured_at(variant, task_shape(task))
     configs = [variant.config(preset, **overrides)]
     for change in variant.independent_changes():
         assert change.revert, f"{change.name} has no revert: it cannot be a row"
@@ -78,7 +79,7 @@ def test_ablation_rows_are_distinct_independent_changes(name, task):
 
 def test_swin_window_attention_is_measured_at_the_stage_widths():
     variant = zoo.get_variant("swin", "cifar")
-    preset, overrides = measured_at(variant, "cifar")
+    preset, overrides = measured_at(variant, task_shape("cifar"))
     config = variant.config(preset, **overrides)
     steps = {step["change"]: {line["part"]: line for line in step["lines"]} for step in _steps(variant, "cifar")}
     assert [c.name for c in variant.attribution_order()][:3] == ["stacking", "attention", "position"]

@@ -23,6 +23,7 @@ from tasks.lab.toolkit import batch, small_transformer, train, translation_data
 from zoo.analysis.doctor import Batch, CheckResult, Finding, curve_checks, examine, seq2seq_batch
 from zoo.analysis.doctor.depth import init_checks
 from zoo.analysis.doctor.findings import Diagnosis
+from zoo.analysis.doctor.render import write_diagnosis
 
 MARGIN = math.log(2.0)  # a patient's statistic is at least 2× past its threshold
 
@@ -87,7 +88,7 @@ def test_every_registered_variant_is_healthy_at_initialisation(data, name, task)
         model = zoo.create(name, "tiny", task)
         c = model.config
         images = torch.randn(8, c.in_channels, c.image_size, c.image_size, generator=torch.Generator().manual_seed(0))
-        d = examine(model, (images, torch.arange(8) % c.num_classes), task="cifar")
+        d = examine(model, (images, torch.arange(8) % c.num_classes), kind="classification")
     assert d.healthy, d.table()
     assert {c.name for c in d.checks if c.status == "ok"} >= {"attention", "score_scale", "init"}
 
@@ -218,7 +219,7 @@ def test_curve_non_finite_gap_and_falling_metric():
 # -------------------------------------------------------------------------------------------------- output
 def test_writes_markdown_strict_json_and_one_figure_per_check(data, tmp_path):
     d = examine(patient(data, "zero-mask"), heldout(data))
-    files = d.write(tmp_path)
+    files = write_diagnosis(d, tmp_path)
     record = json.loads((tmp_path / "doctor.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert record["findings"][0]["problem"].startswith("causal leak") and not record["healthy"]
     ran = [c.name for c in d.checks if c.status != "skipped"]
@@ -231,8 +232,8 @@ def test_bad_inputs_get_clear_errors(data):
     model = patient(data)
     with pytest.raises(TypeError, match="batch must be"):
         examine(model, "not a batch")
-    with pytest.raises(ValueError, match="unknown task 'translate'"):
-        examine(model, batch(data, data.pairs["valid"][:4]), task="translate")
+    with pytest.raises(ValueError, match="unknown batch kind 'translate'"):
+        examine(model, batch(data, data.pairs["valid"][:4]), kind="translate")
     with pytest.raises(ValueError, match="severity"):
         Finding("mask", "p", "e", "c", "f", "fatal", 1.0, 1.0)
     with pytest.raises(ValueError, match="Did you mean 'unscaled'"):

@@ -16,5 +16,7 @@ from zoo.analysis.doctor.batch import Batch, seq2seq_batch
 from zoo.analysis.doctor.curve import curve_checks
 from zoo.analysis.doctor.examine import examine
 from zoo.analysis.doctor.findings import CHECKS, CheckResult, Diagnosis, Finding
+from zoo.analysis.doctor.plateau import entropy
 
-__all__ = ["CHECKS", "Batch", "CheckResult", "Diagnosis", "Finding", "curve_checks", "examine", "seq2seq_batch"]
+__all__ = ["CHECKS", "Batch", "CheckResult", "Diagnosis", "Finding", "curve_checks", "entropy", "examine",
+           "seq2seq_batch"]

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 KINDS = ("seq2seq", "classification", "segmentation")
-TASK_KINDS = {"translation": "seq2seq", "cifar": "classification", "medseg": "segmentation"}
 
 
 @dataclass
@@ -72,21 +71,20 @@ def seq2seq_batch(src: Tensor, tgt: Tensor, pad_id: int) -> Batch:
     return Batch((src, tgt[:, :-1]), tgt[:, 1:], "seq2seq", pad_id)
 
 
-def as_batch(model: nn.Module, batch: Batch | tuple | list, task: str | None = None) -> Batch:
+def as_batch(model: nn.Module, batch: Batch | tuple | list, kind: str | None = None) -> Batch:
     """``batch`` as a :class:`Batch`: given as one, or as ``(src, tgt)`` (whole targets, for models with a
-    ``config.pad_id``) or ``(images, labels)``; ``task`` (``translation``, ``cifar``, ``medseg``) names the kind,
-    else it is the kind the model's protocol implies (an encoder–decoder with ``encode``/``decode`` is seq2seq)."""
+    ``config.pad_id``) or ``(images, labels)``; ``kind`` (one of :data:`KINDS`) says what it is, else it is the
+    kind the model's protocol implies (an encoder–decoder with ``encode``/``decode`` is seq2seq)."""
     if isinstance(batch, Batch):
         return batch
     if not isinstance(batch, (tuple, list)) or len(batch) != 2 or not all(isinstance(t, Tensor) for t in batch):
         raise TypeError("batch must be a zoo.analysis.doctor.Batch, (src, tgt) token ids or (images, labels) tensors, "
                         "got "
                         f"{type(batch).__name__}")
-    if task is not None and task not in TASK_KINDS and task not in KINDS:
+    if kind is not None and kind not in KINDS:
         from core.errors import unknown_name
 
-        raise unknown_name("task", task, [*TASK_KINDS, *KINDS])
-    kind = TASK_KINDS.get(task, task)
+        raise unknown_name("batch kind", kind, KINDS)
     if kind is None:
         kind = "seq2seq" if hasattr(model, "encode") and hasattr(model, "decode") else (
             "segmentation" if batch[1].dim() == 3 else "classification")

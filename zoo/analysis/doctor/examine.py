@@ -29,7 +29,7 @@ MODEL_CHECKS = ("attention", "score_scale", "mask", "position", "init", "generat
 def examine(
     model: nn.Module,
     batch: Batch | tuple,
-    task: str | None = None,
+    kind: str | None = None,
     *,
     trained: bool = False,
     warmup_steps: int | None = None,
@@ -48,7 +48,8 @@ def examine(
             mask, position and generation checks an encoder–decoder following :mod:`core.decoding`'s protocol).
         batch: a :class:`~zoo.analysis.doctor.batch.Batch`, ``(src, tgt)`` token ids (whole targets, BOS … EOS) or
             ``(images, labels)``; held-out data is best.
-        task: ``translation``, ``cifar`` or ``medseg`` (or a batch kind), when the batch does not say.
+        kind: what a tuple ``batch`` holds (``seq2seq``, ``classification``, ``segmentation``), when the model
+            does not say.
         trained: whether the model has been trained; the at-initialisation thresholds (saturation, score
             variance, weight std, gradient ratio by depth) apply only when it has not, the temperature probe only
             when it has.
@@ -61,7 +62,7 @@ def examine(
     Shape: see :mod:`zoo.analysis.doctor.batch`.
     """
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    b = as_batch(model, batch, task).to(device)
+    b = as_batch(model, batch, kind).to(device)
     was_training = model.training
     model.eval()
     forks = [device] if device.type == "cuda" else []
@@ -70,7 +71,7 @@ def examine(
             checks = _model_checks(model, b, trained, warmup_steps)
             gap = None
             if train_batch is not None:
-                tb = as_batch(model, train_batch, task).to(device)
+                tb = as_batch(model, train_batch, kind).to(device)
                 with torch.no_grad():
                     gap = {"train": float(loss(model, tb)), "valid": float(loss(model, b))}
             if history or steps or gap:

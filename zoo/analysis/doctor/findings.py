@@ -162,16 +162,3 @@ class Diagnosis:
                             "findings": len(c.findings)} for c in self.checks],
                 "figures": self.figures}
 
-    def markdown(self) -> str:
-        """``doctor.md``: the ranked findings with cause and fix, then every check's numbers and thresholds."""
-        from zoo.analysis.doctor.render import diagnosis_markdown
-
-        return diagnosis_markdown(self)
-
-    def write(self, out, figures: bool = True) -> list[str]:
-        """Write ``doctor.md``, ``doctor.json`` and (``figures``) one PNG per check under ``out``; returns the
-        file names written."""
-        from zoo.analysis.doctor.render import write_diagnosis
-
-        return write_diagnosis(self, out, figures)
-
