@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, time_pair, timed_row
 
-import tasks.medseg.task as medseg_task
+import tasks.medseg.task_evaluation as medseg_task
 from tasks.engine.distributed import DistInfo
 from tasks.medseg.metrics import CONVENTIONS, case_scores, case_scores_per_convention
 from tasks.medseg.task import MedsegConfig, MedsegTask

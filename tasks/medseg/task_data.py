@@ -1,0 +1,217 @@
+"""The data side of :class:`~tasks.medseg.task.MedsegTask`: reading a dataset, splitting it into training,
+validation and test cases (folds included), and what a run records to read new data as its training did
+(run.json's preprocessing, ``classes.json``, ``splits_final.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tasks.medseg.data import load_medseg
+from tasks.medseg.volume import SegData, Volume
+
+if TYPE_CHECKING:  # annotations only: tasks.medseg.task imports this module
+    from tasks.medseg.task import MedsegConfig
+
+log = logging.getLogger(__name__)
+
+SPLIT_SEED = 0  # held-out validation cases do not move with --seed
+
+# How the loaders hand intensities to the model: as the files store them, no normalisation by the task.
+INTENSITY = {
+    "synapse": "as stored: TransUNet's preprocessing, CT clipped to [-125, 275] HU and scaled to [0, 1] per volume",
+    "acdc": "as stored by the ACDC layout read (its own per-volume normalisation); no normalisation by the task",
+}
+INTENSITY["phantom"] = INTENSITY["synapse"]  # the phantom goes through the Synapse preprocessing
+INTENSITY_RANGE = {"synapse": (0.0, 1.0), "phantom": (0.0, 1.0)}  # the range those files hold, when fixed
+CANONICAL = ("NIfTI: reoriented to RAS, resampled to nifti.preprocessing.spacing (R, A, S mm; image linear or cubic, "
+             "label nearest), sliced across the RAS axis of the largest spacing (nifti.slice_axis), rows and columns "
+             "the other two in S, A, R order; intensities by nifti.preprocessing.rules")
+
+
+def nifti_options(c: MedsegConfig) -> dict[str, Any]:
+    """The keyword arguments of :func:`~tasks.medseg.nifti_data.load_nifti_dataset` that the config sets."""
+    return {"spacing": c.target_spacing, "ct_window": c.window, "image_order": c.image_order, "modality": c.modality}
+
+
+def nifti_info(nifti: Any) -> dict[str, Any]:
+    """What a NIfTI run records in run.json (``preprocessing["nifti"]``) to read new files as its training did."""
+    return {"layout": nifti.layout, "channel_names": list(nifti.channel_names),
+            "preprocessing": nifti.preprocessing.to_dict(), "slice_axis": nifti.preprocessing.slice_axis}
+
+
+def model_slices(image: np.ndarray, size: int) -> np.ndarray:
+    """The slices of a ``(D, H, W)`` or ``(C, D, H, W)`` image zoomed (order 3) to model input.
+
+    Shape:
+        (D, H, W) -> (D, 1, size, size); (C, D, H, W) -> (D, C, size, size).
+    """
+    if image.ndim == 3:
+        return zoom_slices(image, size, 3)[:, None]
+    return np.stack([zoom_slices(channel, size, 3) for channel in image], axis=1)
+
+
+def zoom_slices(volume: np.ndarray, size: int, order: int) -> np.ndarray:
+    """Zoom every slice of a ``(D, H, W)`` volume to ``(D, size, size)`` with spline ``order`` (0 for labels).
+
+    Shape:
+        (D, H, W) -> (D, size, size).
+    """
+    from scipy.ndimage import zoom
+
+    d, h, w = volume.shape
+    if (h, w) == (size, size):
+        return volume.copy()
+    return zoom(volume, (1, size / h, size / w), order=order)
+
+
+class MedsegData:
+    """Mixin of :class:`~tasks.medseg.task.MedsegTask` : reads the data into ``data`` and
+    ``volumes``, and records and restores the preprocessing. The state the mixins share is documented on
+    ``MedsegTask`` (class body and ``__init__``)."""
+
+    def load_data(self) -> None:
+        """Read the data and split it into ``volumes``; a restored run keeps its classes (refusing data with
+        others), a new one takes them, its channels and its NIfTI preprocessing from the data."""
+        c: MedsegConfig = self.config
+        if c.fold == "all":
+            raise ValueError("--fold all trains every fold: run `zoo cv medseg` with the same options (zoo train "
+                             f"trains one fold, 0 .. {c.folds - 1})")
+        self.data = load_medseg(c.data, c.dataset, **self._nifti_options())
+        if self.restored is not None:
+            if self.data.class_names != self.class_names:
+                raise ValueError(
+                    f"{self.data.source} holds {self.data.name} data with {self.data.num_classes} classes "
+                    f"({', '.join(self.data.class_names)}), but the run was trained on {self.num_classes} "
+                    f"({', '.join(self.class_names)}); evaluate it on data with the same classes")
+            if self.data.num_channels != self.in_channels:
+                raise ValueError(f"{self.data.source} holds images of {self.data.num_channels} channel(s), but the "
+                                 f"run was trained on {self.in_channels}; evaluate it on data with the same channels")
+        else:
+            self.class_names, self.dataset_name = list(self.data.class_names), self.data.name
+            self.in_channels = self.data.num_channels
+            nifti_only = ("spacing", "ct_window", "image_order", "modality")
+            unused = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(c)
+                      if f.name in nifti_only and getattr(c, f.name) != f.default]
+            if self.data.nifti is None and unused:
+                log.warning("%s apply to NIfTI folders only; %s is %s data: ignored", ", ".join(unused),
+                            self.data.source, self.data.name)
+            self.nifti_info = nifti_info(self.data.nifti) if self.data.nifti is not None else None
+        train, valid, test = self._split(self.data)
+        self.volumes = {"train": train, "valid": valid, "test": test}
+        self._zoomed_valid = {}
+
+    def _nifti_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``load_nifti_dataset`` (used only for NIfTI folders): the config's, or for a
+        restored NIfTI run its saved preprocessing and classes, so that other data gets exactly the training's."""
+        options = nifti_options(self.config)
+        if self.restored is not None and self.nifti_info is not None:
+            from tasks.medseg.nifti_data import Preprocessing
+
+            options["preprocessing"] = Preprocessing.from_dict(self.nifti_info["preprocessing"])
+            options["class_names"] = self.class_names  # an images/ + labels/ folder does not name its classes
+        return options
+
+    def _split(self, data: SegData) -> tuple[list[Volume], list[Volume], list[Volume]]:
+        """(training, validation, test cases): a fold of the training cases (NIfTI data, or ``--fold``), else the
+        layout's validation split, else ``valid_cases`` held out; test: the labelled test cases, or for a NIfTI
+        folder without any the fold's validation cases."""
+        c = self.config
+        if self.restored is not None and self.restored.get("split") is not None:
+            return self._restored_fold(data, self.restored["split"])
+        if (c.fold is not None or data.nifti is not None) and self.restored is None:
+            return self._fold(data)
+        train, valid = self._held_out(data)
+        return train, valid, data.test or train + valid  # a restored run on a folder without a test split: all
+
+    def _fold(self, data: SegData) -> tuple[list[Volume], list[Volume], list[Volume]]:
+        from tasks.medseg.folds import resolve_folds
+
+        c = self.config
+        if data.valid:
+            raise ValueError(f"{data.source} has its own validation split ({len(data.valid)} cases); folds split the "
+                             "training cases of layouts without one: leave out --fold")
+        names = [v.case for v in data.train]
+        self.folds, origin = resolve_folds(names, c.folds, c.splits, folders=(data.source, c.out_dir))
+        fold = c.fold_index or 0
+        held = set(self.folds[fold]["val"])
+        train, valid = [v for v in data.train if v.case not in held], [v for v in data.train if v.case in held]
+        self.split_info = {"folds": c.folds, "fold": fold, "valid": sorted(held), "test_is_valid": not data.test,
+                           "origin": str(origin) if origin else "drawn as nnU-Net draws them: sorted cases, "
+                                                                "KFold seed 12345"}
+        return train, valid, data.test or valid
+
+    def _restored_fold(self, data: SegData, info: dict[str, Any]) -> tuple[list[Volume], list[Volume], list[Volume]]:
+        """A restored fold run: its own validation cases when the data holds them; on another folder, whose cases
+        the model never saw, every labelled case is scored."""
+        held = set(info["valid"])
+        self.split_info = dict(info)
+        if held <= {v.case for v in data.train}:
+            valid = [v for v in data.train if v.case in held]
+            self.split_info["test_is_valid"] = not data.test
+            return [v for v in data.train if v.case not in held], valid, data.test or valid
+        cases = data.train + data.valid
+        self.split_info["test_is_valid"] = False
+        return [], data.valid or cases, data.test or cases
+
+    def _held_out(self, data: SegData) -> tuple[list[Volume], list[Volume]]:
+        """(training cases, validation cases): the layout's validation split, else ``valid_cases`` held out."""
+        c = self.config
+        if data.valid:
+            return data.train, data.valid
+        if c.valid_cases >= len(data.train):
+            raise ValueError(f"valid_cases={c.valid_cases} leaves no training case of {len(data.train)}; lower it")
+        if c.valid_cases == 0:
+            return data.train, data.test
+        order = np.random.default_rng(SPLIT_SEED).permutation(len(data.train))
+        held = set(order[: c.valid_cases].tolist())
+        return ([v for i, v in enumerate(data.train) if i not in held],
+                [v for i, v in enumerate(data.train) if i in held])
+
+    # --- artefacts, and using a finished run (see tasks.runs.run) ------------------------------------------
+    def save_artifacts(self, out_dir: Path) -> None:
+        """``classes.json``: the preprocessing (as in run.json) plus the data folder and the cases of each split;
+        ``splits_final.json``: every fold, when the run trained on one (nnU-Net's format)."""
+        info = {**self.preprocessing(), "source": self.data.source,
+                **{f"{split}_cases": [v.case for v in self.volumes[split]] for split in ("train", "valid", "test")}}
+        (Path(out_dir) / "classes.json").write_text(json.dumps(info, indent=2) + "\n")
+        if self.folds is not None:
+            from tasks.medseg.folds import SPLITS_FILE, write_splits
+
+            write_splits(Path(out_dir) / SPLITS_FILE, self.folds)
+
+    def preprocessing(self) -> dict[str, Any]:
+        """What turns a volume into the model's input and its output back into labels (run.json)."""
+        pre = {"dataset": self.dataset_name, "class_names": list(self.class_names), "num_classes": self.num_classes,
+               "in_channels": self.in_channels, "slice_axis": 0, "image_size": self.config.image_size,
+               "resize": "each (H, W) slice zoomed to image_size × image_size (spline order 3); the arg-max "
+                         "zoomed back to (H, W) with order 0",
+               "intensity": INTENSITY.get(self.dataset_name, "as the files store them"),
+               "intensity_range": INTENSITY_RANGE.get(self.dataset_name)}
+        if self.nifti_info is not None:
+            from tasks.medseg.nifti_intensity import IntensityRule
+
+            rules = [IntensityRule(**r) for r in self.nifti_info["preprocessing"]["rules"]]
+            pre.update(intensity="; ".join(r.describe() for r in rules), intensity_range=None, nifti=self.nifti_info,
+                       resize=f"{CANONICAL}; then {pre['resize']}")
+        if self.split_info is not None:
+            pre["split"] = {k: v for k, v in self.split_info.items() if k != "test_is_valid"}
+        return pre
+
+    def restore(self, preprocessing: dict[str, Any], run_dir) -> None:
+        super().restore(preprocessing, run_dir)
+        missing = [k for k in ("dataset", "class_names", "image_size") if k not in preprocessing]
+        if missing:
+            raise ValueError(f"{Path(run_dir) / 'run.json'}: the medseg preprocessing lacks {missing}; it was not "
+                             "written by `zoo train medseg`")
+        if preprocessing["image_size"] != self.config.image_size:
+            raise ValueError(f"{Path(run_dir) / 'run.json'}: preprocessing image_size {preprocessing['image_size']} "
+                             f"differs from the config's {self.config.image_size}; the file was edited")
+        self.class_names, self.dataset_name = list(preprocessing["class_names"]), preprocessing["dataset"]
+        self.in_channels = int(preprocessing.get("in_channels", 1))
+        self.nifti_info = preprocessing.get("nifti")

@@ -1,0 +1,202 @@
+"""The evaluation side of :class:`~tasks.medseg.task.MedsegTask`, the papers' protocol: each case predicted slice
+by slice, zoomed back with order 0, scored per organ on the whole 3D volume (both HD95 conventions), and reported
+(``predictions/<split>.jsonl``, on NIfTI data also nnU-Net's ``summary.json`` on the original grid)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from core.tables import markdown_table
+from tasks.engine.distributed import shard
+from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
+from tasks.medseg.nifti_scoring import OriginalGeometryScores
+from tasks.medseg.task_data import INTENSITY, model_slices
+from tasks.medseg.volume import Volume
+from tasks.runs.records import split_hash, write_records
+
+SPLIT_TITLES = {"test": "Test results", "valid": "Validation results"}
+
+# Published Synapse figures (avg DSC %, HD95 in the papers' convention), for real-data reports.
+ANCHORS = {"MISSFormer": (81.96, 18.20), "Swin-Unet": (79.13, 21.55), "TransUNet": (77.48, 31.69)}
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+class MedsegEvaluation:
+    """Mixin of :class:`~tasks.medseg.task.MedsegTask` : predicts and scores the cases of
+    ``volumes[split]``, and writes the final report. The state the mixins share is documented on ``MedsegTask``
+    (class body and ``__init__``)."""
+
+    @torch.no_grad()
+    def zoomed(self, volume: Volume) -> Tensor:
+        """The volume's slices zoomed to ``image_size`` as model input ``(D, C, S, S)``; validation cases, scored
+        every epoch, are zoomed once and kept (test cases, scored once, are not kept: real ones are large)."""
+        if volume.case in self._zoomed_valid:
+            return self._zoomed_valid[volume.case]
+        slices = torch.from_numpy(model_slices(volume.image, self.config.image_size).astype(np.float32))
+        if any(volume is v for v in self.volumes.get("valid", ())):
+            self._zoomed_valid[volume.case] = slices
+        return slices
+
+    @torch.no_grad()
+    def predict_volume(self, model: nn.Module, volume: Volume, batch_size: int | None = None) -> np.ndarray:
+        """Label volume predicted slice by slice, zoomed back to the slice size with order 0 (the papers' way).
+
+        ``batch_size`` slices go through the model at once (default: ``eval_batch_size``).
+
+        Shape:
+            image (D, H, W) or (C, D, H, W) -> labels (D, H, W) uint8.
+        """
+        size, (d, h, w) = self.config.image_size, volume.shape
+        batch = batch_size or self.config.eval_batch_size
+        slices = self.zoomed(volume)  # (D, C, S, S)
+        preds = []
+        for j in range(0, d, batch):
+            logits = model(slices[j : j + batch].to(self.device))  # (b, K, S, S)
+            preds.append(logits.argmax(1).to(torch.uint8).cpu())
+        pred = torch.cat(preds).numpy()  # (D, S, S)
+        if (h, w) != (size, size):
+            from scipy.ndimage import zoom
+
+            pred = zoom(pred, (1, h / size, w / size), order=0)
+        return pred
+
+    def case_record(self, volume: Volume, pred: np.ndarray) -> dict[str, Any]:
+        """The per-example record of one case (a line of ``predictions/<split>.jsonl``): per organ, (Dice, HD95)
+        in each convention and the voxel counts of prediction and reference; the spacing (z, y, x) in mm or None.
+        """
+        k, names = self.num_classes, self.class_names
+        record: dict[str, Any] = {"case": volume.case}
+        per_convention = case_scores_per_convention(pred, volume.label, k, volume.spacing)  # checks both volumes
+        for convention, scores in per_convention.items():
+            record[convention] = {names[o]: {"dice": d, "hd95": h} for o, (d, h) in scores.items()}
+        counts = np.bincount(pred.ravel(), minlength=k), np.bincount(volume.label.ravel(), minlength=k)  # (K,) each
+        record["voxels"] = {names[o]: {"pred": int(counts[0][o]), "ref": int(counts[1][o])} for o in range(1, k)}
+        record["spacing"] = list(volume.spacing) if volume.spacing is not None else None
+        return record
+
+    def evaluate(self, model: nn.Module, split: str) -> list[dict[str, Any]]:
+        """One record per case of this rank's shard (see :meth:`case_record`)."""
+        return [self.case_record(v, self.predict_volume(model, v)) for v in shard(self.volumes[split], self.dist)]
+
+    def summaries(self, records: list[dict[str, Any]]) -> dict[str, dict]:
+        """:func:`~tasks.medseg.metrics.summarise` of case records, per convention."""
+        index = {name: k for k, name in enumerate(self.class_names)}
+        status = {r["case"]: {index[n]: organ_status(v["pred"] > 0, v["ref"] > 0) for n, v in r["voxels"].items()}
+                  for r in records}
+        assumed = any(r["spacing"] is None for r in records)
+        return {name: summarise({r["case"]: {index[n]: (s["dice"], s["hd95"]) for n, s in r[name].items()}
+                                 for r in records}, self.class_names, name, status=status, spacing_assumed=assumed)
+                for name in CONVENTIONS}
+
+    def score(self, records: list[dict[str, Any]], split: str) -> dict[str, float]:
+        expected = len(self.volumes[split])
+        if len(records) != expected:
+            raise ValueError(f"expected one record per case of {split!r} ({expected}), got {len(records)}")
+        return self.headline_metrics(self.summaries(records))
+
+    def headline_metrics(self, summaries: dict[str, dict]) -> dict[str, float]:
+        """Mean Dice and HD95 in the headline convention, and in the mm one."""
+        head = summaries[self.config.hd95]
+        return {"dice": head["mean_dice"], "hd95": head["mean_hd95"],
+                "dice_mm": summaries["mm"]["mean_dice"], "hd95_mm": summaries["mm"]["mean_hd95"]}
+
+    def final_report(self, model: nn.Module, out_dir: Path, splits: Sequence[str] | None = None
+                     ) -> tuple[dict[str, Any], str]:
+        """Score ``splits`` case by case, write their records, and report them; overlays of the first split's cases.
+
+        Default splits: test, and with a fold of a dataset that has labelled test cases also the fold's validation
+        cases (the cross-validation's figure; :mod:`tasks.medseg.cv` collects it).
+        """
+        out_dir, metrics, sections = Path(out_dir), {}, [self._data_section()]
+        if splits is None:
+            cv = self.split_info is not None and not self.split_info["test_is_valid"] and self.volumes["valid"]
+            splits = ("test", "valid") if cv else self.eval_splits[:1]
+        for n, split in enumerate(splits):
+            metrics[split], section = self._split_report(model, split, out_dir, overlays=n == 0)
+            sections.append(section)
+        return metrics, "\n".join(sections)
+
+    def _data_section(self) -> str:
+        """The dataset (for NIfTI: its fingerprint and preprocessing) and the fold used, as markdown."""
+        lines = ["## Data", ""]
+        nifti = getattr(self.data, "nifti", None)
+        if nifti is not None:
+            lines += nifti.report_lines()
+        else:
+            lines.append(f"- {self.data.name} from {self.data.source}; intensities "
+                         f"{INTENSITY.get(self.dataset_name, 'as the files store them')}")
+        info = self.split_info
+        if info is not None:
+            lines.append(f"- fold {info['fold']} of {info['folds']} ({info['origin']}): {len(self.volumes['train'])} "
+                         f"training, {len(self.volumes['valid'])} validation cases ({', '.join(info['valid'][:8])}"
+                         f"{', ...' if len(info['valid']) > 8 else ''}); the run's splits_final.json holds every fold")
+            if info["test_is_valid"]:
+                lines.append("- no labelled test split (labelsTs/): the fold's validation cases are the evaluation "
+                             "split, as in nnU-Net's cross-validation; they also chose the best checkpoint, so the "
+                             "figures are optimistic by that choice")
+        return "\n".join(lines) + "\n"
+
+    def _split_report(self, model: nn.Module, split: str, out_dir: Path, overlays: bool) -> tuple[dict, str]:
+        from tasks.medseg.report import case_table, organ_table, pick_overlay_slices, plot_overlays
+
+        c, data, names, volumes = self.config, self.data, self.class_names, self.volumes[split]
+        if not volumes:
+            raise ValueError(f"the {split} split of {data.source} is empty: nothing to evaluate")
+        shown = (c.overlay_slices + 1) // 2 if overlays else 0  # cases whose slices are drawn, two slices each
+        nifti = getattr(data, "nifti", None)
+        original = OriginalGeometryScores(out_dir / "predictions" / split, self.num_classes) \
+            if nifti is not None and self.dist.is_main else None
+        nifti_cases = {c.case: c for c in nifti.train + nifti.test} if original is not None else {}
+        records, samples = [], []
+        for i, volume in enumerate(volumes):
+            pred = self.predict_volume(model, volume)  # (D, H, W), scored and drawn from one prediction
+            records.append(self.case_record(volume, pred))
+            if original is not None:
+                original.add(nifti_cases[volume.case], pred)
+            if i < shown:
+                image = volume.first_channel()
+                samples += [(f"{volume.case} slice {z}", image[z], volume.label[z], pred[z])
+                            for z in pick_overlay_slices(volume.label, 2)]
+        if self.dist.is_main:
+            write_records(out_dir, split, records, split_hash(x for v in volumes for x in (v.case, v.image, v.label)))
+        summaries = self.summaries(records)
+        head = summaries[c.hd95]
+        train_slices = sum(v.shape[0] for v in self.volumes["train"])
+        title = SPLIT_TITLES.get(split, split)
+        if split == "test" and self.split_info is not None and self.split_info["test_is_valid"]:
+            title += f" (fold {self.split_info['fold']}'s validation cases: the data has no labelled test split)"
+        grid = "the canonical grid (reoriented, resampled)" if original is not None else "each whole 3D volume"
+        lines = [f"## {title}", "",
+                 f"{data.name} from {data.source}: {len(self.volumes['train'])} training cases "
+                 f"({train_slices} slices), {len(self.volumes['valid'])} validation, {len(self.volumes['test'])} "
+                 f"test cases; {self.num_classes} classes; {self.in_channels} channel(s); slices zoomed to "
+                 f"{c.image_size}×{c.image_size}. Predicted slice by slice, zoomed back with order 0, scored per "
+                 f"organ on {grid}, averaged over cases per organ, then over organs.", "",
+                 f"Headline convention: **{c.hd95}** — {CONVENTIONS[c.hd95]}", "",
+                 "### Per organ", "", markdown_table(organ_table(head, names)), ""]
+        other = "mm" if c.hd95 == "papers" else "papers"
+        lines += [f"Other convention, **{other}** — {CONVENTIONS[other]}", "",
+                  markdown_table(organ_table(summaries[other], names)), "",
+                  "### Per case", "", markdown_table(case_table(head)), ""]
+        metrics = {**self.headline_metrics(summaries), "conventions": summaries}
+        if original is not None:
+            nnunet = original.finish()
+            metrics["nnunet_dice"] = _finite(nnunet["foreground_mean"]["Dice"])
+            lines += original.report_lines(nnunet, names)
+        if data.name == "synapse" and split == "test":
+            anchors = ", ".join(f"{k} {d:.2f} / {h:.2f}" for k, (d, h) in ANCHORS.items())
+            lines += [f"Published Synapse anchors (DSC % / HD95, papers' convention): {anchors}.", ""]
+        if samples and self.dist.is_main:
+            plot_overlays(samples[: c.overlay_slices], names, out_dir / "overlays.png")
+            lines += ["### Overlays", "", f"Image, ground truth and prediction for a few {split} slices:", "",
+                      "![overlays](overlays.png)", ""]
+        return metrics, "\n".join(lines)

@@ -1,0 +1,118 @@
+"""The training side of :class:`~tasks.medseg.task.MedsegTask`: the model, the zoomed training slices and their
+augmentation, the Dice + CE loss, and the warm-up + poly learning-rate schedule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from tasks.medseg.task_data import model_slices, zoom_slices
+
+
+def warmup_poly(warmup: int, total: int, power: float):
+    """LR factor of optimizer step ``s``: linear warm-up over ``warmup`` steps, then (1 − progress)^power."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+        return (1.0 - progress) ** power
+
+    return factor
+
+
+class MedsegTraining:
+    """Mixin of :class:`~tasks.medseg.task.MedsegTask` : builds the model and trains it on
+    ``volumes["train"]``. The state the mixins share is documented on ``MedsegTask`` (class body and
+    ``__init__``)."""
+
+    # --- model ---------------------------------------------------------------------------------------
+    def model_overrides(self) -> dict[str, Any]:
+        """The variant's config overrides: ``--model-set`` fields plus the sizes the task and data decide."""
+        decided = {"image_size": self.config.image_size, "in_channels": self.in_channels,
+                   "num_classes": self.num_classes}
+        return self.decided_overrides(decided, "the task (--image-size and the data)")
+
+    def delta_overrides(self) -> dict[str, Any]:
+        return self.model_overrides()
+
+    def build_model(self) -> nn.Module:
+        return self.build_variant(self.model_overrides(), *self.reference_args())
+
+    def reference_args(self) -> tuple[int, int, int]:
+        """(in_channels, num_classes, image_size) of the reference models' builders."""
+        return self.in_channels, self.num_classes, self.config.image_size
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
+        c = self.config
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_poly(c.warmup, total_steps, c.poly_power))
+
+    # --- training ------------------------------------------------------------------------------------
+    def prepare_training(self) -> None:
+        """The training slices zoomed to ``image_size`` (order 3 for the images, 0 for the labels), the
+        augmentation and the loss."""
+        c, train = self.config, self.volumes["train"]
+        images = np.concatenate([model_slices(v.image, c.image_size) for v in train])  # (N, C, S, S)
+        labels = np.concatenate([zoom_slices(v.label, c.image_size, 0) for v in train])  # (N, S, S)
+        self.train_images = torch.from_numpy(images.astype(np.float32))  # (N, C, S, S)
+        self.train_labels = torch.from_numpy(labels.astype(np.int64))[:, None]  # (N, 1, S, S)
+        self._augment = self._augmentation() if self._augmenting() else None
+        from monai.losses import DiceCELoss
+
+        self.criterion = DiceCELoss(to_onehot_y=True, softmax=True, lambda_dice=c.dice_weight, lambda_ce=c.ce_weight)
+
+    def _augmenting(self) -> bool:
+        c = self.config
+        return bool(c.rotate_degrees or c.zoom or c.intensity or c.flip_prob)
+
+    def _augmentation(self):
+        """MONAI's dictionary transforms on one ``(1, S, S)`` slice: geometry on image and label alike."""
+        import monai.transforms as T
+
+        c, keys = self.config, ("image", "label")
+        steps = []
+        if c.rotate_degrees:
+            steps.append(T.RandRotated(keys, range_x=np.deg2rad(c.rotate_degrees), prob=0.5,
+                                       mode=("bilinear", "nearest"), padding_mode="zeros"))
+        if c.zoom:
+            steps.append(T.RandZoomd(keys, prob=0.5, min_zoom=1 - c.zoom, max_zoom=1 + c.zoom,
+                                     mode=("bilinear", "nearest"), padding_mode="constant"))
+        if c.flip_prob:
+            steps.append(T.RandFlipd(keys, prob=c.flip_prob, spatial_axis=1))
+        if c.intensity:
+            steps.append(T.RandShiftIntensityd("image", offsets=c.intensity, prob=0.5))
+            steps.append(T.RandScaleIntensityd("image", factors=c.intensity, prob=0.5))
+        return T.Compose(steps)
+
+    def train_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
+        """Shuffled batches of rows ``(slice index, epoch)``: the epoch keys each slice's augmentation."""
+        return self.shuffled_batches(len(self.train_images), epoch, max(self.dist.world, 2))  # Dice needs 2+ slices
+
+    def augmented(self, rows: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor]:
+        """Images ``(B, C, S, S)`` and labels ``(B, 1, S, S)`` of ``rows``, augmented from (seed, epoch, index)."""
+        index = torch.tensor([i for i, _ in rows], dtype=torch.long)
+        images, labels = self.train_images[index], self.train_labels[index]
+        if self._augment is None:
+            return images, labels
+        out_images, out_labels = [], []
+        for (i, epoch), image, label in zip(rows, images, labels):
+            self._augment.set_random_state(seed=(self.config.seed * 1_000_003 + epoch * 10_007 + i) % 2**32)
+            sample = self._augment({"image": image, "label": label.float()})
+            out_images.append(torch.as_tensor(sample["image"]).float())
+            out_labels.append(torch.as_tensor(sample["label"]).round().long())
+        return torch.stack(out_images), torch.stack(out_labels)
+
+    def loss(self, model: nn.Module, rows: Sequence[tuple[int, int]]) -> tuple[Tensor, float]:
+        """Dice + CE (MONAI ``DiceCELoss``) of the batch, times its size: the loop divides by the slice count.
+
+        The Dice term is a batch statistic, so accumulated or distributed batches give the mean of per-shard
+        Dice losses rather than one Dice over the union (the usual practice; the CE term is exact).
+        """
+        images, labels = self.augmented(rows)
+        logits = model(images.to(self.device))  # (B, K, S, S)
+        loss = self.criterion(logits.float(), labels.to(self.device))
+        return loss * len(rows), float(len(rows))
