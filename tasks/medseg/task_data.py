@@ -8,15 +8,13 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from tasks.medseg.config import MedsegConfig
 from tasks.medseg.data import load_medseg
 from tasks.medseg.volume import SegData, Volume
-
-if TYPE_CHECKING:  # annotations only: tasks.medseg.task imports this module
-    from tasks.medseg.task import MedsegConfig
 
 log = logging.getLogger(__name__)
 

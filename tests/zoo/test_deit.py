@@ -20,7 +20,6 @@ from tasks.cifar.task import CifarConfig, CifarTask
 from tasks.cli.main import main
 from tasks.engine.distributed import DistInfo
 from tasks.engine.registry import task_shape
-from tasks.engine.trainer import Trainer
 from tasks.runs.evaluate import evaluate_run
 from tasks.runs.training import train
 from tests.numerics import assert_close_fp64, float64
@@ -223,8 +222,8 @@ def test_train_deit_with_a_teacher_then_use_it_without(teacher_run, tmp_path):
     teacher_copy = tmp_path / "teacher"
     shutil.copytree(teacher_dir, teacher_copy)
     out = tmp_path / "deit"
-    summary = Trainer(CifarTask, _config(root, teacher=str(teacher_copy), out=str(out), augment="trivialaugment",
-                                         mixup=0.8, cutmix=1.0, repeated_augment=2)).fit()
+    summary = train(CifarTask, _config(root, teacher=str(teacher_copy), out=str(out), augment="trivialaugment",
+                                       mixup=0.8, cutmix=1.0, repeated_augment=2))
     info = json.loads((out / "run.json").read_text())
     assert info["config"]["teacher"] == str(teacher_copy) and info["config"]["augment"] == "trivialaugment"
     recorded = info["preprocessing"]["teacher"]

@@ -1,0 +1,141 @@
+"""The medical-segmentation task's settings: ``zoo train medseg --help`` lists them, from the field comments below.
+
+:class:`MedsegConfig` is the task's :class:`~tasks.engine.config.TrainConfig`; the task itself is
+:class:`tasks.medseg.task.MedsegTask` (which re-exports this class), its jobs in ``task_data``, ``task_training``
+and ``task_evaluation``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.errors import check_int, check_number, check_positive, unknown_name
+from tasks.engine.config import TrainConfig
+from tasks.medseg.data import ALL_DATASETS
+from tasks.medseg.metrics import CONVENTIONS
+
+
+@dataclass
+class MedsegConfig(TrainConfig):
+    task: str = "medseg"
+    variant: str = "missformer"
+    dataset: str = "auto"  # synapse, acdc, decathlon, nnunet, pairs, phantom-nifti, phantom-nnunet; auto: from --data
+    image_size: int = 96  # slices are zoomed to this square size, a multiple of 32 (the papers use 224)
+    epochs: int = 20
+    batch_size: int = 16  # slices per micro-batch
+    lr: float = 2e-3  # peak learning rate, after the warm-up
+    weight_decay: float = 1e-4  # AdamW's decoupled weight decay
+    warmup: int = 50  # optimizer steps
+    poly_power: float = 0.9  # lr·(1 − t/T)^power after the warm-up, as in the Synapse papers
+    dice_weight: float = 0.6  # loss = dice_weight·Dice + ce_weight·CE (MISSFormer's 0.6 / 0.4)
+    ce_weight: float = 0.4  # weight of the cross-entropy term of the loss
+    rotate_degrees: float = 15.0  # random rotation in ±degrees (probability 0.5), up to 180; 0 disables
+    zoom: float = 0.1  # random zoom in [1 − zoom, 1 + zoom] (probability 0.5), below 1; 0 disables
+    intensity: float = 0.1  # random intensity shift and scale by ±intensity (probability 0.5 each), below 1; 0 disables
+    # Off by default: a left–right flip turns the left kidney into a right one without changing its label, and
+    # the phantom (like real anatomy) makes left/right organs tell apart by position only.
+    flip_prob: float = 0.0  # probability of a random left-right flip of a training slice
+    valid_cases: int = 2  # cases held out for validation without folds, when the layout has no validation split
+    hd95: str = "papers"  # the convention of the headline HD95: papers (no spacing, their empty rules) or mm
+    eval_batch_size: int = 32  # slices per forward pass at evaluation
+    # One CPU thread: the models are small, and on a busy 2-core machine two OpenMP threads wait on each other
+    # (an epoch took > 5 min with 2 threads next to another job, 15–40 s with one). 0 keeps torch's default.
+    num_threads: int = 1
+    overlay_slices: int = 4  # test slices shown in overlays.png
+    # NIfTI folders (tasks.medseg.nifti_data): the grid and intensities every case is brought to, saved in run.json
+    # so that `zoo predict` repeats them on new files. A window starting with a minus sign needs the = form on the
+    # command line: --ct-window=-100,200.
+    spacing: str | None = None  # NIfTI: target spacing R,A,S mm, e.g. 0.8,0.8,3; None: the training cases' median
+    ct_window: str = "-125,275"  # NIfTI CT: HU window scaled to [0, 1], e.g. --ct-window=-100,200; none: nnU-Net's rule
+    image_order: int = 1  # NIfTI: image interpolation when resampling, 1 linear or 3 cubic (labels: nearest)
+    modality: str | None = None  # NIfTI images/ + labels/: the modality (CT: window; else z-score); None: unknown
+    folds: int = 5  # cross-validation folds over the training cases (nnU-Net's split: KFold seed 12345)
+    fold: str | None = None  # fold held out, 0 .. folds-1 (zoo cv: all); None: 0 on NIfTI data, else no folds
+    splits: str | None = None  # splits_final.json of the folds; None: the data's, the run's, else drawn
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dataset != "auto" and self.dataset not in ALL_DATASETS:
+            raise unknown_name("dataset", self.dataset, ("auto", *ALL_DATASETS))
+        if isinstance(self.spacing, tuple | list):  # from Python: (0.8, 0.8, 3.0)
+            self.spacing = ",".join(str(v) for v in self.spacing)
+        if isinstance(self.ct_window, tuple | list):
+            self.ct_window = ",".join(str(v) for v in self.ct_window)
+        if isinstance(self.fold, int) and not isinstance(self.fold, bool):
+            self.fold = str(self.fold)
+        check_int("folds", self.folds, 2, hint="a cross-validation needs at least two folds")
+        _ = (self.target_spacing, self.window, self.fold_index)  # each property parses and checks its field
+        check_int("image_order", self.image_order, 1, 3)
+        if self.image_order not in (1, 3):
+            raise ValueError(f"image_order must be 1 (linear) or 3 (cubic spline), got {self.image_order}")
+        for name in ("modality", "splits"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
+        if self.hd95 not in CONVENTIONS:
+            raise unknown_name("hd95 convention", self.hd95, CONVENTIONS)
+        for name in ("image_size", "eval_batch_size"):
+            check_positive(name, getattr(self, name))
+        for name in ("valid_cases", "overlay_slices"):
+            check_positive(name, getattr(self, name), allow_zero=True)
+        for name in ("dice_weight", "ce_weight", "poly_power"):
+            check_number(name, getattr(self, name), 0)
+        check_number("rotate_degrees", self.rotate_degrees, 0, 180)
+        check_number("zoom", self.zoom, 0)
+        check_number("intensity", self.intensity, 0, 1, high_open=True,
+                     hint="a scale by 1 ± intensity must keep the image's sign")
+        check_number("flip_prob", self.flip_prob, 0, 1)
+        if self.image_size % 32:
+            raise ValueError(f"image_size must be divisible by 32 (the models halve it 5 times), got "
+                             f"{self.image_size}; try {max(32, round(self.image_size / 32) * 32)}")
+        if self.zoom >= 1:
+            raise ValueError(f"zoom must be < 1 (a zoom range of [1 − zoom, 1 + zoom]), got {self.zoom}")
+        if self.dice_weight + self.ce_weight == 0:
+            raise ValueError("dice_weight and ce_weight are both 0: the loss would be 0; set at least one")
+
+    @property
+    def target_spacing(self) -> tuple[float, float, float] | None:
+        """``spacing`` as (R, A, S) mm, or None."""
+        if self.spacing is None:
+            return None
+        values = _numbers(self.spacing)
+        if values is None or len(values) != 3 or min(values) <= 0:
+            raise ValueError(f"spacing must be three positive numbers R,A,S in mm, e.g. 0.8,0.8,3, got "
+                             f"{self.spacing!r}")
+        return values[0], values[1], values[2]
+
+    @property
+    def window(self) -> tuple[float, float] | None:
+        """``ct_window`` as (low, high) HU, or None for nnU-Net's CT normalisation."""
+        if isinstance(self.ct_window, str) and self.ct_window.strip().lower() == "none":
+            return None
+        values = _numbers(self.ct_window)
+        if values is None or len(values) != 2 or values[0] >= values[1]:
+            raise ValueError(f"ct_window must be LO,HI in HU with LO < HI (e.g. --ct-window=-125,275), or none for "
+                             f"nnU-Net's percentile rule, got {self.ct_window!r}")
+        return values[0], values[1]
+
+    @property
+    def fold_index(self) -> int | None:
+        """``fold`` as an int, None when not given; "all" is for ``zoo cv`` and reads as None here."""
+        if self.fold is None or self.fold == "all":
+            return None
+        if not isinstance(self.fold, str) or not self.fold.strip().isdigit():
+            raise ValueError(f"fold must be 0 .. {self.folds - 1} or all (zoo cv), got {self.fold!r}")
+        index = int(self.fold)
+        if index >= self.folds:
+            raise ValueError(f"fold must be 0 .. {self.folds - 1} with --folds {self.folds}, got {index}")
+        return index
+
+
+def _numbers(text: object) -> list[float] | None:
+    """``"0.8,0.8,3"`` as finite floats, or None when it is not a comma-separated list of numbers."""
+    if not isinstance(text, str):
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        return None
+    return values if all(np.isfinite(values)) else None
