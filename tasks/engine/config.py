@@ -32,7 +32,8 @@ def cache_root() -> Path:
     return Path(os.environ.get("ZOO_CACHE", "~/.cache/transformer-zoo")).expanduser()
 
 # Fields that may differ between a checkpoint and the run that resumes it.
-RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads", "doctor", "compile"})
+RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads", "doctor", "compile",
+                               "checkpoint_every"})
 PRECISIONS = ("default", "fp32", "bf16", "auto")
 
 
@@ -56,7 +57,8 @@ class TrainConfig:
     device: str = "auto"  # auto (CUDA, then CPU), cpu, cuda, cuda:1, ...
     deterministic: bool = True  # deterministic algorithms (CPU runs are then bit-for-bit repeatable)
     num_threads: int = 0  # CPU threads for torch; 0 keeps torch's default
-    resume: bool = False  # continue the run in --out from its last checkpoint
+    resume: bool = False  # continue the run in --out from its last checkpoint (none yet: start from the beginning)
+    checkpoint_every: int = 0  # also save last.pt every N optimizer steps (0: at epoch ends); bounds what a kill costs
     progress: bool = True  # progress bars
     doctor: bool = False  # examine the model before step 1 and the curve after each epoch; warnings in report.md
     precision: str = "default"  # default (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16, or auto (a probe decides)
@@ -68,7 +70,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "accumulate"):
             check_positive(name, getattr(self, name))
-        for name in ("warmup", "num_threads"):
+        for name in ("warmup", "num_threads", "checkpoint_every"):
             check_positive(name, getattr(self, name), allow_zero=True)
         check_int("seed", self.seed, 0, 2**32 - 1, hint="the range numpy's seed takes")
         check_number("lr", self.lr, 0, low_open=True)
@@ -204,13 +206,40 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_class: type, sk
             parser.add_argument(_flag(spec.name), type=base, default=None, help=text)
 
 
-def config_from_args(config_class: type, args: argparse.Namespace, **fixed: Any) -> Any:
-    """Build ``config_class`` from the flags that were given, plus ``fixed`` values."""
+def config_from_args(config_class: type, args: argparse.Namespace, base: dict[str, Any] | None = None,
+                     **fixed: Any) -> Any:
+    """Build ``config_class`` from ``base`` (a recorded config's fields), the flags that were given over it, plus
+    ``fixed`` values."""
     names = {f.name for f in fields(config_class)}
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
     if "model" in given:
-        given["model"] = parse_assignments(given["model"])
-    return config_class(**{**given, **fixed})
+        given["model"] = {**(base or {}).get("model", {}), **parse_assignments(given["model"])}
+    return config_from_dict(config_class, {**(base or {}), **given, **fixed})
+
+
+def read_config_file(config_class: type, path: str | Path) -> dict[str, Any]:
+    """The fields of a recorded config (a run's ``config.json``), checked against ``config_class``.
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not a JSON object, another task's config, or unknown fields.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"--config {path}: no such file; pass a run's config.json (or its folder)")
+    try:
+        values = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"--config {path} is not JSON ({error}); pass a run's config.json") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {path} holds a {type(values).__name__}, not a config object")
+    task = config_class().task
+    if values.get("task", task) != task:
+        raise ValueError(f"--config {path} is the config of a {values['task']} run, not a {task} one; "
+                         f"use zoo train {values['task']} --config {path}")
+    config_from_dict(config_class, values)  # unknown fields and bad values fail here, naming them
+    return values
 
 
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

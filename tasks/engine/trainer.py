@@ -4,8 +4,10 @@ It owns what is the same for all tasks: device choice, seeds and determinism, bf
 gradient accumulation and clipping, the auxiliary losses and statistics the model's layers report
 (:mod:`core.sidechannels`, whatever those layers are), progress bars, evaluation each epoch, checkpoints
 (atomic, resumable bit for bit), Ctrl-C and non-finite-loss handling, ``torchrun`` scale-out, an optional
-budget that may stop a run after any optimizer step (:mod:`tasks.engine.budget`: time, training FLOPs), and the
-training's own files: ``checkpoints/`` and ``metrics.jsonl``. What a run writes besides (``run.json``,
+budget that may stop a run after any optimizer step (:mod:`tasks.engine.budget`: time, training FLOPs),
+pre-emption (SIGTERM or SIGUSR1: checkpoint after the current step, then :class:`PreemptedError`; a cluster requeues the
+run with ``--resume``, which starts from the beginning when no checkpoint was written yet), and the training's own
+files: ``checkpoints/`` and ``metrics.jsonl``. What a run writes besides (``run.json``,
 ``config.json``, ``metrics.json``, ``report.md``, ``curves.png``) and the doctor's watch are callbacks it is given
 (:mod:`tasks.engine.callbacks`); :func:`tasks.runs.training.train` gives it those of a ``zoo train`` run.
 """
@@ -16,9 +18,10 @@ import json
 import logging
 import math
 import random
+import signal
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import fields
 from typing import Any
 
@@ -28,6 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from core.atomic import write_text_atomic
 from core.sidechannels import auxiliary_loss
 from tasks.engine.budget import TrainingFlopCounter
 from tasks.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -41,6 +45,41 @@ log = logging.getLogger(__name__)
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the run stops and keeps its last good checkpoint."""
+
+
+# The exit status of a run stopped by a signal after saving its checkpoint: "try again" (sysexits' EX_TEMPFAIL).
+# `zoo train` returns it; the sweeps requeue a run that ends with it, resuming from the checkpoint.
+REQUEUE_EXIT = 75
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1")  # what a scheduler sends before it pre-empts or times out a job
+
+
+class PreemptedError(Exception):
+    """A stop signal arrived; the run saved ``last.pt`` after the step it was in and stopped. ``--resume`` continues
+    it exactly."""
+
+    def __init__(self, signal_name: str, step: int, checkpoint) -> None:
+        super().__init__(f"{signal_name} received: checkpoint saved at optimizer step {step} in {checkpoint}; "
+                         "continue with --resume")
+        self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
+
+
+@contextmanager
+def stop_signals(on_signal):
+    """Call ``on_signal(name)`` on SIGTERM and SIGUSR1 inside the block (main thread only: elsewhere Python cannot
+    install handlers, and the block runs without them); the previous handlers come back after it."""
+    previous = {}
+    try:
+        for name in STOP_SIGNALS:
+            number = getattr(signal, name, None)
+            if number is not None:
+                previous[number] = signal.signal(number, lambda signum, frame: on_signal(signal.Signals(signum).name))
+    except ValueError:  # not the main thread
+        log.debug("stop signals not handled: not in the main thread")
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -77,6 +116,7 @@ class Trainer:
         self.ckpt_dir = self.out / "checkpoints"
         self.history: list[dict[str, Any]] = []
         self.items_seen, self.train_seconds = 0.0, 0.0  # for throughput (this process, this session)
+        self.stop_signal: str | None = None  # the stop signal received (see STOP_SIGNALS), if any
 
     # --- helpers ---------------------------------------------------------------------------------
     @property
@@ -100,7 +140,10 @@ class Trainer:
         return resolve("auto", self.device, lambda: probe_training(step, self.model, task.make_optimizer,
                                                                    self.device, key), self.dist.enabled)
 
-    def _state(self, epoch: int, batch_in_epoch: int, step: int, rng: dict, best: float | None) -> dict:
+    def _state(self, epoch: int, batch_in_epoch: int, step: int, rng: dict, best: float | None,
+               epoch_sums: tuple[float, float] = (0.0, 0.0)) -> dict:
+        """Everything a resume needs; ``epoch_sums`` are the running (loss, items) of a checkpoint saved mid-epoch,
+        so that the resumed epoch reports the same training loss."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -111,6 +154,7 @@ class Trainer:
             "batch_in_epoch": batch_in_epoch,
             "step": step,
             "best": best,
+            "epoch_sums": list(epoch_sums),
             "history": self.history,
             "config": self.config.to_dict(),
             "task": self.task.name,
@@ -141,6 +185,9 @@ class Trainer:
                 f"{self.out} already holds a checkpoint ({last}); pass --resume to continue it, "
                 "or choose another --out folder"
             )
+        resuming = c.resume and last.exists()
+        if c.resume and not resuming:  # e.g. a job pre-empted before its first checkpoint, requeued with --resume
+            log.warning("--resume: %s holds no checkpoint yet; training from the beginning", self.out)
         c.check_paths()
         task.setup()
         self.model = task.build_model().to(self.device)
@@ -158,8 +205,8 @@ class Trainer:
 
             wrapped, self.eval_model = compile_for_trainer(wrapped, self.model, task.dynamic_shapes, c.variant)
 
-        epoch, batch_in_epoch, step, best = 0, 0, 0, None
-        if c.resume:
+        epoch, batch_in_epoch, step, best, epoch_sums = 0, 0, 0, None, (0.0, 0.0)
+        if resuming:
             state = load_checkpoint(last, c.to_dict())
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
@@ -168,45 +215,65 @@ class Trainer:
             set_rng_state(state["rng"])
             epoch, batch_in_epoch, step = state["epoch"], state["batch_in_epoch"], state["step"]
             best, self.history = state["best"], list(state["history"])
+            # the epoch's loss so far (all ranks' sum under DDP: the main rank carries it, the others start at 0)
+            epoch_sums = tuple(state.get("epoch_sums", (0.0, 0.0))) if self.main else (0.0, 0.0)
             log.info("resumed from %s at epoch %d, step %d", last, epoch + 1, step)
         if self.precision is None:
-            self.precision = self._probe_precision(state.get("precision") if c.resume else None)
+            self.precision = self._probe_precision(state.get("precision") if resuming else None)
             self.precision_used = self.precision.used
         log.info("precision: %s", self.precision.reason)
         if self.main:
             self.out.mkdir(parents=True, exist_ok=True)
+            # the rows of the checkpoint's history: none for a fresh start (a run killed before its first checkpoint
+            # left none that count), and none past the checkpoint for a resumed one
+            write_text_atomic(self.out / "metrics.jsonl", "".join(json.dumps(row) + "\n" for row in self.history))
         self._call("on_start", step)
 
         if self.budget is not None:
             self.budget.start(self)
         self.flop_counter = getattr(self.budget, "counter", None) or TrainingFlopCounter().start(self)  # for MFU
         start = time.perf_counter()
-        try:
-            while epoch < c.epochs and not self.stopped_by_budget:
-                step, train_loss = self._train_epoch(wrapped, epoch, batch_in_epoch, step, best)
-                row = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
-                       "lr": self.optimizer.param_groups[0]["lr"], **self._evaluate("valid")}
-                row["elapsed_s"] = time.perf_counter() - start
-                self.history.append(row)
-                self._call("on_epoch_end", self.history)
-                epoch, batch_in_epoch = epoch + 1, 0
-                value = row[task.main_metric]
-                improved = self._is_better(value, best)
-                best = value if improved else best
-                state = self._state(epoch, 0, step, rng_state(), best)
-                self._save("last.pt", state)
-                if improved:
-                    self._save("best.pt", state)
-                if self.main:
-                    with (self.out / "metrics.jsonl").open("a") as f:
-                        f.write(json.dumps(row) + "\n")
-                    log.info(_epoch_line(row, task.main_metric))
-        except KeyboardInterrupt:
-            log.warning("interrupted: checkpoint saved to %s; continue with --resume", last)
-            raise
+        with stop_signals(self._on_stop_signal):
+            try:
+                while epoch < c.epochs and not self.stopped_by_budget:
+                    step, train_loss = self._train_epoch(wrapped, epoch, batch_in_epoch, step, best, epoch_sums)
+                    epoch_sums = (0.0, 0.0)
+                    row = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
+                           "lr": self.optimizer.param_groups[0]["lr"], **self._evaluate("valid")}
+                    row["elapsed_s"] = time.perf_counter() - start
+                    self.history.append(row)
+                    self._call("on_epoch_end", self.history)
+                    epoch, batch_in_epoch = epoch + 1, 0
+                    value = row[task.main_metric]
+                    improved = self._is_better(value, best)
+                    best = value if improved else best
+                    state = self._state(epoch, 0, step, rng_state(), best)
+                    self._save("last.pt", state)
+                    if improved:
+                        self._save("best.pt", state)
+                    if self.main:
+                        with (self.out / "metrics.jsonl").open("a") as f:
+                            f.write(json.dumps(row) + "\n")
+                        log.info(_epoch_line(row, task.main_metric))
+            except KeyboardInterrupt:
+                log.warning("interrupted: checkpoint saved to %s; continue with --resume", last)
+                raise
         return self._finish(best, time.perf_counter() - start)
 
-    def _train_epoch(self, wrapped: nn.Module, epoch: int, skip: int, step: int, best) -> tuple[int, float]:
+    def _on_stop_signal(self, name: str) -> None:
+        if self.stop_signal is None:
+            log.warning("%s received: saving a checkpoint after this step, then stopping", name)
+        self.stop_signal = name
+
+    def _stop_requested(self) -> bool:
+        """Whether a stop signal arrived, on any rank (every rank stops at the same step)."""
+        flag = float(self.stop_signal is not None)
+        return (all_reduce_sum([flag], self.dist, self.device)[0] if self.dist.enabled else flag) > 0
+
+    def _train_epoch(self, wrapped: nn.Module, epoch: int, skip: int, step: int, best,
+                     sums: tuple[float, float] = (0.0, 0.0)) -> tuple[int, float]:
+        """Train epoch ``epoch`` from its optimizer step ``skip`` on (``sums``: the (loss, items) of the steps
+        before it, from a mid-epoch checkpoint); returns (the optimizer step reached, the epoch's training loss)."""
         c, task = self.config, self.task
         self.model.train()
         batches = task.train_batches(epoch)
@@ -214,14 +281,14 @@ class Trainer:
         done_groups = skip
         bar = tqdm(groups[skip:], desc=f"epoch {epoch + 1}/{c.epochs}", disable=not (c.progress and self.main),
                    leave=False, dynamic_ncols=True)
-        loss_sum = items_sum = 0.0
+        loss_sum, items_sum = sums
         tic = time.perf_counter()
         for group in bar:
             rng = rng_state()  # where this step starts: Ctrl-C mid-step resumes exactly from here
             try:
                 group_loss, group_items = self._train_step(wrapped, group)
             except KeyboardInterrupt:
-                self._save("last.pt", self._state(epoch, done_groups, step, rng, best))
+                self._save("last.pt", self._state(epoch, done_groups, step, rng, best, (loss_sum, items_sum)))
                 raise
             done_groups, step = done_groups + 1, step + 1
             loss_sum, items_sum = loss_sum + group_loss, items_sum + group_items
@@ -229,6 +296,15 @@ class Trainer:
             bar.set_postfix(loss=f"{group_loss / max(group_items, 1):.3f}",
                             lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
                             items_s=f"{items_sum / (time.perf_counter() - tic):.0f}")
+            stop = self._stop_requested()
+            if stop or (c.checkpoint_every and step % c.checkpoint_every == 0):  # mid-epoch: resumable exactly
+                sums = all_reduce_sum([loss_sum, items_sum], self.dist, self.device) if self.dist.enabled else None
+                self._save("last.pt", self._state(epoch, done_groups, step, rng_state(), best,
+                                                  sums or (loss_sum, items_sum)))
+            if stop:
+                bar.close()
+                raise PreemptedError(self.stop_signal or "a stop signal (on another rank)", step,
+                                     self.ckpt_dir / "last.pt")
             if self.budget is not None and self._budget_spent(time.perf_counter() - tic):
                 break  # stop here; fit() evaluates and checkpoints as at an epoch end
         bar.close()

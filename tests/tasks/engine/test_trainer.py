@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tasks.engine.checkpoint import load_checkpoint, save_checkpoint
-from tasks.engine.trainer import NonFiniteLossError, Trainer
+from tasks.engine.trainer import NonFiniteLossError, PreemptedError, Trainer
 from tasks.runs.training import callbacks_for
 from tests.numerics import assert_close_fp64
 from tests.toy_task import ToyConfig, ToyTask
@@ -197,3 +197,67 @@ def test_the_trainer_trains_and_leaves_the_run_folder_to_its_callbacks(tmp_path)
     assert steps == list(range(1, len(steps) + 1)) and len(steps) == 2 * 2  # 16 examples in batches of 8, 2 epochs
     first_epoch_end = recorder.calls.index(("epoch", 1))
     assert [c[0] for c in recorder.calls[1:first_epoch_end]] == ["step", "step"]
+
+
+def _same_weights(a, b) -> None:
+    for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()):
+        assert torch.equal(x, y)  # bit for bit on CPU
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGUSR1"])
+def test_a_stop_signal_checkpoints_after_the_step_and_resumes_exactly(tmp_path, monkeypatch, signal_name):
+    import signal
+
+    full, full_summary = run(tmp_path, "full", epochs=2)
+    before = signal.getsignal(getattr(signal, signal_name))
+    original = ToyTask.loss
+
+    def signal_during_step_11(self, model, rows):
+        if self.calls == 10:  # the scheduler's signal arrives in the middle of the 11th step
+            os.kill(os.getpid(), getattr(signal, signal_name))
+        return original(self, model, rows)
+
+    monkeypatch.setattr(ToyTask, "loss", signal_during_step_11)
+    with pytest.raises(PreemptedError, match=f"{signal_name} received: checkpoint saved at optimizer step 11"):
+        run(tmp_path, "split", epochs=2)
+    assert signal.getsignal(getattr(signal, signal_name)) == before  # the previous handler is put back
+    state = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert (state["epoch"], state["batch_in_epoch"], state["step"]) == (1, 3, 11)  # the step finished, then saved
+    monkeypatch.setattr(ToyTask, "loss", original)
+    resumed, resumed_summary = run(tmp_path, "split", epochs=2, resume=True)
+    _same_weights(full, resumed)
+    assert resumed_summary["history"] == [{**row, "elapsed_s": resumed_row["elapsed_s"]} for row, resumed_row in
+                                          zip(full_summary["history"], resumed_summary["history"])]
+    rows = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train_loss"] for r in rows] == [r["train_loss"] for r in full_summary["history"]]
+
+
+def test_checkpoint_every_bounds_what_a_kill_costs(tmp_path, monkeypatch):
+    full, _ = run(tmp_path, "full", epochs=2)
+    original = ToyTask.loss
+
+    def killed_in_step_14(self, model, rows):  # a SIGKILL or power loss: no handler runs, nothing is saved
+        if self.calls == 14:
+            raise SystemExit("killed")
+        return original(self, model, rows)
+
+    monkeypatch.setattr(ToyTask, "loss", killed_in_step_14)
+    with pytest.raises(SystemExit):
+        run(tmp_path, "split", epochs=2, checkpoint_every=3)
+    state = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert (state["epoch"], state["batch_in_epoch"], state["step"]) == (1, 4, 12)  # the last multiple of 3
+    monkeypatch.setattr(ToyTask, "loss", original)
+    resumed, _ = run(tmp_path, "split", epochs=2, resume=True, checkpoint_every=3)
+    _same_weights(full, resumed)
+
+
+def test_resume_without_a_checkpoint_starts_from_the_beginning(tmp_path, caplog):
+    full, full_summary = run(tmp_path, "full", epochs=2)
+    folder = tmp_path / "early"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text('{"epoch": 1, "left": "by a run killed before its checkpoint"}\n')
+    with caplog.at_level("WARNING"):
+        fresh, summary = run(tmp_path, "early", epochs=2, resume=True)
+    assert "holds no checkpoint yet; training from the beginning" in caplog.text
+    _same_weights(full, fresh)
+    assert len((folder / "metrics.jsonl").read_text().splitlines()) == 2
