@@ -6,6 +6,7 @@ made on call is an import — form no cycle; and the floors of the house import 
     tasks.lab                                   the lessons
     tasks.translation, tasks.cifar, tasks.medseg   the task runners
     tasks.compare, tasks.plugins, tasks.doctor  comparisons, plugins, the doctor on runs
+    tasks.sweeps                                many runs as one sweep folder, on a launcher (serial, local, Ray, SLURM)
     tasks.runs                                  a finished run: its folder, loading, evaluation, export
     tasks.engine                                Task, trainer, config, checkpoints, precision
     zoo.analysis                                delta, attribution, probes, counterpart, the doctor's checks
@@ -29,12 +30,12 @@ LAYERS = ("core", "zoo", "tasks")
 # (package prefix, floor): a module may import modules on lower floors, and its own package on its own floor
 FLOORS = (
     ("core", 0), ("zoo.analysis", 2), ("zoo", 1),
-    ("tasks.engine", 3), ("tasks.runs", 4),
-    ("tasks.compare", 5), ("tasks.plugins", 5), ("tasks.doctor", 5),
-    ("tasks.translation", 6), ("tasks.cifar", 6), ("tasks.medseg", 6),
-    ("tasks.lab", 7), ("tasks.cli", 8),
+    ("tasks.engine", 3), ("tasks.runs", 4), ("tasks.sweeps", 5),
+    ("tasks.compare", 6), ("tasks.plugins", 6), ("tasks.doctor", 6),
+    ("tasks.translation", 7), ("tasks.cifar", 7), ("tasks.medseg", 7),
+    ("tasks.lab", 8), ("tasks.cli", 9),
 )
-FACADE, TOP = "zoo", 9  # zoo/__init__.py: what users import; nothing in the project imports it
+FACADE, TOP = "zoo", 10  # zoo/__init__.py: what users import; nothing in the project imports it
 
 
 def _module_name(path: Path) -> str:

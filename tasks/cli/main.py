@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tasks.cli.cv import add_cv_command
 
     add_cv_command(sub)
+    from tasks.cli.sweep import add_sweep_command
+
+    add_sweep_command(sub)
     from tasks.cli.lab import add_lab_command
 
     add_lab_command(sub)
@@ -202,6 +205,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except USER_ERRORS as error:
         print(f"zoo {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # a sweep that was pre-empted, or whose runs failed: said plainly, no traceback
+        from tasks.engine.trainer import REQUEUE_EXIT, PreemptedError
+        from tasks.sweeps.driver import SweepFailedError
+
+        if isinstance(error, PreemptedError):
+            print(f"zoo {args.command}: {error}; the same command resumes", file=sys.stderr)
+            return REQUEUE_EXIT
+        if isinstance(error, SweepFailedError):
+            print(f"zoo {args.command}: {error}", file=sys.stderr)
+            return 1
+        raise
+    except KeyboardInterrupt:
+        print(f"\nzoo {args.command}: interrupted; running runs saved their checkpoints, the same command resumes",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -12,20 +12,36 @@ from tasks.engine.registry import TASKS, task_class
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from tasks.engine.config import config_from_args
-    from tasks.engine.trainer import NonFiniteLossError, Trainer
+    from tasks.engine.config import config_from_args, read_config_file
+    from tasks.engine.trainer import REQUEUE_EXIT, NonFiniteLossError, PreemptedError, Trainer
     from tasks.runs.report import summary_lines
     from tasks.runs.training import callbacks_for
 
     cls = task_class(args.task)
-    config = config_from_args(cls.config_class, args)
+    recorded = read_config_file(cls.config_class, args.config) if args.config else {}
+    config = config_from_args(cls.config_class, args, base=recorded)
     config.check_paths()  # an --out or --data that is a file fails here, not after the data has loaded
-    trainer = Trainer(cls, config, callbacks=callbacks_for(config))
+    budget = None
+    if args.budget:  # what zoo compare gives each run; epochs=N is the epochs themselves, recorded as a budget
+        import dataclasses
+
+        from tasks.engine.budget import parse_budget
+
+        budget = parse_budget(args.budget)
+        if budget.kind == "epochs":
+            if args.epochs is not None and args.epochs != budget.value:
+                raise ValueError(f"--epochs {args.epochs} and --budget {args.budget} disagree; give one of them")
+            config = dataclasses.replace(config, epochs=int(budget.value))
+    trainer = Trainer(cls, config, budget, callbacks=callbacks_for(config))
     try:
         summary = trainer.fit()
     except KeyboardInterrupt:
         print(f"\ninterrupted; resume with: zoo train {args.task} --out {config.out_dir} --resume", file=sys.stderr)
         return 130
+    except PreemptedError as stop:  # a scheduler's SIGTERM / SIGUSR1: the exit status asks for a requeue
+        print(f"zoo train: {stop}; requeue with: zoo train {args.task} --config {config.out_dir}/config.json "
+              "--resume", file=sys.stderr)
+        return REQUEUE_EXIT
     except NonFiniteLossError as error:
         print(f"zoo train: {error}", file=sys.stderr)
         return 1
@@ -49,17 +65,10 @@ def _seeds(args: argparse.Namespace) -> int:
     return 1 if args.seeds is None else args.seeds
 
 
-def _print_comparison(comparison: dict, out) -> None:
-    from tasks.compare.report import explain_tests
-
-    print(comparison["table"])
-    print("\n" + "\n".join(explain_tests(comparison, ("headline",))))
-    print(f"\nwritten to {out}/ (report.md, results.json, metric_vs_cost.png)")
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from tasks.cli.sweep import launch_from_args, print_comparison
     from tasks.compare.sweep import compare, compare_runs
 
     cls = task_class(args.task)
@@ -67,28 +76,30 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.runs:
         given = [flag for flag, value in (("--variants", args.variants), ("--epochs", args.epochs),
                                           ("--seeds", args.seeds), ("--budget", args.budget), ("--set", args.set),
-                                          ("--model-set", args.model_set)) if value is not None]
+                                          ("--model-set", args.model_set), ("--launcher", args.launcher),
+                                          ("--jobs", args.jobs)) if value is not None]
         if given:
             raise ValueError(f"--runs compares finished runs and trains nothing; drop {', '.join(given)}")
         comparison = compare_runs(args.task, args.runs, out, args.alpha, args.baseline)
     else:
         variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
         comparison = compare(args.task, variants, out, _seeds(args), args.budget, args.alpha, args.baseline,
-                             args.allow_undeclared, **_budget(args, cls))
-    _print_comparison(comparison, out)
+                             args.allow_undeclared, launch_from_args(args), **_budget(args, cls))
+    print_comparison(comparison, out)
     return 0
 
 
 def _cmd_ablate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from tasks.cli.sweep import launch_from_args, print_comparison
     from tasks.compare.sweep import ablate
 
     cls = task_class(args.task)
     out = Path(args.out or f"runs/ablate-{args.variant}-{args.task}")
     comparison = ablate(args.variant, args.task, out, _seeds(args), args.budget, args.alpha, args.allow_undeclared,
-                        **_budget(args, cls))
-    _print_comparison(comparison, out)
+                        launch_from_args(args), **_budget(args, cls))
+    print_comparison(comparison, out)
     return 0
 
 
@@ -110,6 +121,9 @@ def _budget_arguments(p: argparse.ArgumentParser, out: str) -> None:
                    help="train a variant whose config differs from its classic counterpart where no declared change "
                         "reverts it (refused by default: see zoo check); the report lists the differences (finished "
                         "--runs are never refused, their differences are listed)")
+    from tasks.cli.sweep import add_launch_arguments
+
+    add_launch_arguments(p)
 
 
 def add_task_commands(sub: argparse._SubParsersAction) -> None:
@@ -120,6 +134,12 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     for name in TASKS:
         cls = task_class(name)
         p = tasks.add_parser(name, help=f"train on the {name} task")
+        p.add_argument("--config", default=None, metavar="FILE",
+                       help="start from a recorded run's settings (RUN/config.json: reruns it exactly); the flags "
+                            "given override them")
+        p.add_argument("--budget", default=None, metavar="KIND=VALUE",
+                       help="stop after epochs=N (the same as --epochs N), time=SECONDS of training or flops=X "
+                            "training FLOPs (3 x forward FLOPs per step), as zoo compare's --budget does")
         add_config_arguments(p, cls.config_class, skip=("task",))
         p.set_defaults(func=_cmd_train)
 

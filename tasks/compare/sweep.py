@@ -23,6 +23,7 @@ and :mod:`tasks.compare.stats`; budgets (epochs, time, training FLOPs): :mod:`ta
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 from dataclasses import dataclass, field
@@ -39,7 +40,10 @@ from tasks.compare.stats import check_alpha
 from tasks.engine.budget import parse_budget
 from tasks.engine.config import check_folder
 from tasks.engine.registry import task_class, task_shape
-from tasks.runs.training import train
+from tasks.sweeps.driver import run_sweep
+from tasks.sweeps.launchers import Launch
+from tasks.sweeps.plan import RunSpec
+from tasks.sweeps.state import SWEEP_FILE
 from zoo.analysis.counterpart import Counterpart, Difference, counterpart
 from zoo.analysis.delta import measured_at
 from zoo.registry import get_variant, list_variants
@@ -120,25 +124,34 @@ def refuse_undeclared(task_name: str, entries: list[Entry], preset: str | None, 
             "(allow_undeclared=True) to train anyway, with the differences listed in the report")
 
 
-def train_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, budget: str = "epochs=2",
-                  **config: Any) -> dict[str, list[RunResult]]:
-    """Train every entry ``seeds`` times (seeds 0..seeds-1) under ``budget``; the finished runs per entry."""
-
+def run_specs(task_name: str, entries: list[Entry], seeds: int, budget: str = "epochs=2",
+              **config: Any) -> list[RunSpec]:
+    """One run per entry and seed (0..seeds-1) under ``budget``, each with its full task config."""
     check_positive("seeds", seeds)
-    check_folder("--out", out, "a folder for the runs and the report")
     parse_budget(budget)  # a bad budget fails before any training
     cls = task_class(task_name)
-    groups: dict[str, list[RunResult]] = {}
+    specs = []
     for entry in entries:
         for seed in range(seeds):
-            run_dir = out / f"{entry.label}-seed{seed}"
             run_config = cls.config_class(**{**config, "variant": entry.variant, "seed": seed,
-                                             "model": {**config.get("model", {}), **entry.model},
-                                             "out": str(run_dir)})
-            run_config.check_paths()
-            log.info("== %s, seed %d ==", entry.label, seed)
-            train(cls, run_config, parse_budget(budget))  # a fresh budget per run: it counts what it spends
-            groups.setdefault(entry.label, []).append(read_result(run_dir))
+                                             "model": {**config.get("model", {}), **entry.model}})
+            values = {k: v for k, v in run_config.to_dict().items() if k not in ("out", "resume")}
+            specs.append(RunSpec(task_name, entry.label, values, budget))
+    return specs
+
+
+def train_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, budget: str = "epochs=2",
+                  launch: Launch | None = None, sweep: dict[str, Any] | None = None,
+                  **config: Any) -> dict[str, list[RunResult]]:
+    """Train every entry ``seeds`` times (seeds 0..seeds-1) under ``budget`` as one sweep in ``out``
+    (:func:`tasks.sweeps.driver.run_sweep`: ``launch`` says where; finished runs are reused, interrupted ones
+    resumed); the finished runs per entry."""
+    check_folder("--out", out, "a folder for the runs and the report")
+    specs = run_specs(task_name, entries, seeds, budget, **config)
+    folders = run_sweep(specs, out, launch, sweep)
+    groups: dict[str, list[RunResult]] = {}
+    for spec in specs:
+        groups.setdefault(spec.label, []).append(read_result(folders[spec.name]))
     return groups
 
 
@@ -203,7 +216,7 @@ def budget_text(result: RunResult) -> str:
 
 def build_comparison(task_name: str, groups: dict[str, list[RunResult]], reference: str, out: Path,
                      kind: str = "compare", alpha: float = 0.05, parts: dict[str, str] | None = None,
-                     title: str | None = None) -> dict[str, Any]:
+                     title: str | None = None, launch: Launch | None = None) -> dict[str, Any]:
     """The comparison of finished runs grouped by label (each group: one variant's seeds) against
     ``reference``; writes results.json, report.md and the plots under ``out``.
 
@@ -246,7 +259,7 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
         "title": title or f"zoo compare {task_name}", "kind": kind, "task": task_name, "reference": reference,
         "alpha": alpha, "headline": metrics[0].key, "budget": budgets,
         "ci95_method": "; ".join(dict.fromkeys(r["ci95_method"] for r in rows)),
-        "preamble": _preamble(kind, reference, groups, budgets, metrics[0], undeclared),
+        "preamble": _preamble(kind, reference, groups, budgets, metrics[0], undeclared) + _launch_text(out, launch),
         "metrics": {m.key: {"title": m.title, "unit": m.unit, "split": m.split, "higher_is_better": m.higher_is_better,
                             "role": m.role, "tests": list(dict.fromkeys(describe_test(m, stats[m.key][row]["test"])
                                                                         for row, _, _ in pairs))}
@@ -255,6 +268,21 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
     }
     table = write_comparison(comparison, out)
     return {**comparison, "table": table}
+
+
+def _launch_text(out: Path, launch: Launch | None) -> str:
+    """How a trained comparison's runs were launched, from its ``sweep.json`` ("" for finished ``--runs``)."""
+    path = out / SWEEP_FILE
+    if launch is None or not path.is_file():
+        return ""
+    launcher = json.loads(path.read_text()).get("launcher", {})
+    if launcher.get("launcher", "serial") == "serial":
+        return " The runs trained one after another in one process."
+    threads = launcher.get("threads_per_run")
+    where = {"local": "on this machine", "ray": f"as Ray tasks on {launcher.get('cluster', 'a Ray cluster')}",
+             "submitit": f"as submitit jobs ({launcher.get('cluster', '?')} executor)"}[launcher["launcher"]]
+    return (f" The runs trained {where}, up to {launcher.get('jobs')} at once, "
+            f"{threads} thread(s) each (`--launcher {launcher['launcher']}`; `sweep.json` lists every run's state).")
 
 
 def _run_undeclared(task_name: str, result: RunResult) -> list[Difference]:
@@ -284,12 +312,13 @@ def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], bud
 
 def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 1, budget: str | None = None,
             alpha: float = 0.05, baseline: str | None = None, allow_undeclared: bool = False,
-            **config: Any) -> dict[str, Any]:
+            launch: Launch | None = None, **config: Any) -> dict[str, Any]:
     """Train ``variants`` (default: every variant of the task and its reference models) ``seeds`` times each
     under ``budget`` (``epochs=N``, ``time=SECONDS``, ``flops=X``; default ``epochs=2``) and compare them with
     ``baseline`` (default: the task's). ``config``: task config fields for every run (``epochs`` caps a time
     or FLOP budget). A variant with undeclared differences from its classic counterpart is refused before any
-    training (:func:`refuse_undeclared`) unless ``allow_undeclared``. Returns the comparison (see
+    training (:func:`refuse_undeclared`) unless ``allow_undeclared``. ``launch``: where the runs train (default:
+    one after another in this process; :class:`tasks.sweeps.launchers.Launch`). Returns the comparison (see
     :func:`build_comparison`)."""
     cls = task_class(task_name)
     check_alpha(alpha)
@@ -305,8 +334,11 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
     if not allow_undeclared:
         refuse_undeclared(task_name, entries, config.get("preset"), config.get("model", {}))
     budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
-    groups = train_entries(task_name, entries, out, seeds, budget, **config)
-    return build_comparison(task_name, groups, baseline, out, alpha=alpha)
+    launch = launch or Launch()
+    sweep = sweep_record("compare", task_name, out, seeds, budget, alpha, launch, config, variants=names,
+                         baseline=baseline, allow_undeclared=allow_undeclared)
+    groups = train_entries(task_name, entries, out, seeds, budget, launch, sweep, **config)
+    return build_comparison(task_name, groups, baseline, out, alpha=alpha, launch=launch)
 
 
 def compare_runs(task_name: str, paths: list[str | Path], out: Path, alpha: float = 0.05,
@@ -336,7 +368,8 @@ def ablation_entries(variant) -> list[Entry]:
 
 
 def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget: str | None = None,
-           alpha: float = 0.05, allow_undeclared: bool = False, **config: Any) -> dict[str, Any]:
+           alpha: float = 0.05, allow_undeclared: bool = False, launch: Launch | None = None,
+           **config: Any) -> dict[str, Any]:
     """Train the variant and, for each declared change, the variant with that one change reverted; each row
     reports what the change bought (the variant minus the row), tested paired on the same test examples. A
     variant with undeclared differences from its classic counterpart is refused before any training unless
@@ -349,7 +382,22 @@ def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget:
     if not allow_undeclared:
         refuse_undeclared(task_name, entries[:1], config.get("preset"), config.get("model", {}))
     budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
-    groups = train_entries(task_name, entries, out, seeds, budget, **config)
+    launch = launch or Launch()
+    sweep = sweep_record("ablate", task_name, out, seeds, budget, alpha, launch, config, variant=variant_name,
+                         allow_undeclared=allow_undeclared)
+    groups = train_entries(task_name, entries, out, seeds, budget, launch, sweep, **config)
     return build_comparison(task_name, groups, variant_name, out, kind="ablate", alpha=alpha,
                             parts={e.label: e.parts for e in entries},
-                            title=f"zoo ablate {variant_name} on {task_name}")
+                            title=f"zoo ablate {variant_name} on {task_name}", launch=launch)
+
+
+def sweep_record(kind: str, task_name: str, out: Path, seeds: int, budget: str, alpha: float, launch: Launch,
+                 config: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The sweep as a sweep file says it (:mod:`tasks.sweeps.plan`), for ``sweep.json``: ``zoo sweep
+    OUT/sweep.json`` runs it again (reusing what finished)."""
+    settings = {k: v for k, v in config.items() if k not in ("model", "epochs")}
+    return {"kind": kind, "task": task_name, **fields, "seeds": seeds, "budget": budget, "alpha": alpha,
+            "out": str(out), "set": settings, "model_set": dict(config.get("model", {})),
+            "launcher": launch.launcher, "jobs": launch.jobs, "retry": launch.retry,
+            **({"resources": launch.resources} if launch.resources else {}),
+            **({"slurm": launch.slurm} if launch.slurm else {})}

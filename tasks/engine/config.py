@@ -33,8 +33,9 @@ def cache_root() -> Path:
 
 # Fields that may differ between a checkpoint and the run that resumes it.
 RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads", "doctor", "compile",
-                               "checkpoint_every"})
+                               "checkpoint_every", "track"})
 PRECISIONS = ("default", "fp32", "bf16", "auto")
+TRACKERS = ("tensorboard", "mlflow")  # --track: tasks.runs.tracking
 
 
 @dataclass
@@ -63,6 +64,7 @@ class TrainConfig:
     doctor: bool = False  # examine the model before step 1 and the curve after each epoch; warnings in report.md
     precision: str = "default"  # default (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16, or auto (a probe decides)
     compile: bool = False  # torch.compile the model for training and evaluation (costs compile time up front)
+    track: str = ""  # also log to tensorboard (RUN/tensorboard) and/or mlflow (MLFLOW_TRACKING_URI, else RUN/mlruns)
     model: dict[str, Any] = field(default_factory=dict)  # override a variant config field (repeatable), e.g. d_model=64
     balance_weight: float = 1e-2  # weight of the MoE load-balancing loss (models without experts: unused)
     z_weight: float = 1e-3  # weight of the MoE router z-loss
@@ -81,6 +83,11 @@ class TrainConfig:
             check_bool(name, getattr(self, name))
         if self.precision not in PRECISIONS:
             raise unknown_name("precision", self.precision, PRECISIONS)
+        if not isinstance(self.track, str):
+            raise TypeError(f"track must be a comma-separated string of {', '.join(TRACKERS)}, got {self.track!r}")
+        for name in filter(None, (n.strip() for n in self.track.split(","))):
+            if name not in TRACKERS:
+                raise unknown_name("tracker (--track)", name, TRACKERS)
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of variant config overrides, got {type(self.model).__name__}")
 

@@ -1,7 +1,8 @@
 """Cross-validation of the medseg task: ``zoo cv medseg --data DIR --folds 5 [train options]``.
 
 Every fold ``k`` is an ordinary training run in ``OUT/fold_k`` (the shared :class:`~tasks.engine.trainer.Trainer`:
-checkpoints, report, run.json, per-case records), trained on the other folds' cases and validated on fold ``k``'s.
+checkpoints, report, run.json, per-case records), trained on the other folds' cases and validated on fold ``k``'s;
+the folds are one sweep (:mod:`tasks.sweeps`), trained one after another here or in parallel with ``--launcher``.
 The folds are nnU-Net's (sorted case names, KFold seed 12345) unless a ``splits_final.json`` in the data folder, in
 ``OUT`` or given by ``--splits`` says otherwise; ``OUT/splits_final.json`` holds the folds used, and every fold run
 reads it. A rerun skips each fold that finished (its ``metrics.json`` covers the epochs asked for, with the same
@@ -34,8 +35,10 @@ from tasks.medseg.data import load_medseg
 from tasks.medseg.folds import SPLITS_FILE, resolve_folds, write_splits
 from tasks.medseg.metrics import CONVENTIONS
 from tasks.medseg.nnunet_eval import aggregate, summary_lines, write_summary_json
-from tasks.medseg.task import MedsegConfig, MedsegTask, nifti_options
-from tasks.runs.training import train
+from tasks.medseg.task import MedsegConfig, nifti_options
+from tasks.sweeps.driver import run_sweep
+from tasks.sweeps.launchers import Launch
+from tasks.sweeps.plan import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +52,9 @@ def cv_out_dir(config: MedsegConfig) -> Path:
     return Path(config.out) if config.out else Path("runs") / f"cv-medseg-{config.variant}"
 
 
-def cross_validate(config: MedsegConfig) -> tuple[dict[str, Any], list[str]]:
-    """Train (or reuse) every fold asked for (``config.fold``: all when None or ``"all"``); returns (the cv.json
-    dict, summary lines to print)."""
+def cross_validate(config: MedsegConfig, launch: Launch | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Train (or reuse) every fold asked for (``config.fold``: all when None or ``"all"``) as one sweep (``launch``:
+    where; default one after another in this process); returns (the cv.json dict, summary lines to print)."""
 
     out = cv_out_dir(config)
     check_folder("--out", out, "a new folder, or the folder of an earlier `zoo cv`")
@@ -66,20 +69,19 @@ def cross_validate(config: MedsegConfig) -> tuple[dict[str, Any], list[str]]:
     if origin is None or origin.resolve() != splits.resolve():
         write_splits(splits, folds)
     wanted = list(range(config.folds)) if config.fold_index is None else [config.fold_index]
-    results, skipped = [], []
-    for k in wanted:
+    specs, states = [], {}
+    for k in wanted:  # each fold a run of the sweep in OUT/fold_k, whose settings fold_state checks
         fold_config = dataclasses.replace(config, fold=str(k), splits=str(splits), out=str(out / f"fold_{k}"),
                                           resume=False)
-        state = fold_state(fold_config)
-        if state == "done":
-            log.info("fold %d: finished in %s, not retrained", k, fold_config.out)
-            metrics = json.loads((Path(fold_config.out) / "metrics.json").read_text())
-            skipped.append(k)
-        else:
-            log.info("fold %d of %d: %s %s", k, config.folds, "resuming" if state == "partial" else "training",
-                     fold_config.out)
-            metrics = train(MedsegTask, dataclasses.replace(fold_config, resume=state == "partial"))
-        results.append(fold_result(k, folds[k]["val"], Path(fold_config.out), metrics))
+        states[f"fold_{k}"] = fold_state(fold_config)
+        values = {name: v for name, v in fold_config.to_dict().items() if name not in ("out", "resume")}
+        specs.append(RunSpec("medseg", f"fold {k}", values, name=f"fold_{k}"))
+    settings = {name: v for name, v in config.to_dict().items() if name not in ("task", "out", "resume", "model")}
+    sweep = {"kind": "cv", "task": "medseg", "out": str(out), "set": settings, "model_set": dict(config.model)}
+    run_sweep(specs, out, launch, sweep, reuse=lambda spec, folder: states[spec.name])
+    skipped = [k for k in wanted if states[f"fold_{k}"] == "done"]
+    results = [fold_result(k, folds[k]["val"], out / f"fold_{k}",
+                           json.loads((out / f"fold_{k}" / "metrics.json").read_text())) for k in wanted]
     summary = {"task": "medseg", "variant": config.variant, "data": source, "folds": config.folds,
                "splits": str(splits), "class_names": class_names, "trained": [k for k in wanted if k not in skipped],
                "skipped": skipped, "per_fold": results, "over_folds": over_folds(results, class_names)}

@@ -24,6 +24,7 @@ from tasks.engine.task import Task
 from tasks.engine.trainer import Trainer
 from tasks.runs.report import plot_curves, write_report
 from tasks.runs.run import RUN_FILE, run_info
+from tasks.runs.tracking import trackers
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,9 @@ def train(task_class: type[Task], config, budget=None, callbacks: Sequence = ())
 
 
 def callbacks_for(config, extra: Sequence = ()) -> list:
-    """The callbacks of a run with ``config``: its folder, the doctor with ``--doctor``, then ``extra``."""
-    found = [RunFolder()]
+    """The callbacks of a run with ``config``: its folder, the trackers of ``--track``
+    (:mod:`tasks.runs.tracking`), the doctor with ``--doctor``, then ``extra``."""
+    found = [RunFolder(), *trackers(config.track)]
     if config.doctor:  # examines the model before the first step (leaving weights, gradients and RNG as they were)
         from zoo.analysis.doctor.training import TrainingDoctor
 

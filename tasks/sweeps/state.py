@@ -1,0 +1,104 @@
+"""A sweep folder's state: ``sweep.json`` and what each run folder on disk says.
+
+``sweep.json`` (written atomically at every state change) holds the sweep as a file would describe it (``"sweep"``:
+``zoo sweep OUT/sweep.json`` resumes it), the launcher, and per run: its label, seed, fold, config hash, state,
+attempts and pre-emptions (over every sweep in this folder), the last exit status, the tail of its log when it
+failed, and its seconds. States:
+
+* ``pending``: not started, or waiting for a retry or a requeue;
+* ``running``: handed to the launcher;
+* ``done``: ``metrics.json`` and ``run.json`` are in its folder;
+* ``preempted``: it stopped on a signal after saving ``last.pt`` (the sweep requeues it with ``--resume``);
+* ``failed``: it exited otherwise; ``log_tail`` says why. Rerunning the sweep trains it again.
+
+What a folder holds decides what a rerun does (:func:`folder_state`): a finished run is reused, one with a
+checkpoint is resumed, anything else starts from the beginning.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from core.atomic import write_json_atomic
+from tasks.sweeps.plan import RunSpec, config_hash
+
+SWEEP_FILE = "sweep.json"
+SWEEP_FORMAT = 1
+LOG_FILE = "train.log"
+STATES = ("pending", "running", "done", "preempted", "failed")
+
+
+def folder_state(spec: RunSpec, folder: Path) -> str:
+    """``"done"`` (finished), ``"partial"`` (a checkpoint to resume from) or ``"new"``.
+
+    Raises:
+        ValueError: the folder holds a run whose recorded config computes something else (its hash differs).
+    """
+    recorded = folder / "config.json"
+    if recorded.is_file():
+        found = config_hash(spec.task, json.loads(recorded.read_text()), spec.budget)
+        if found != spec.key:
+            raise ValueError(f"{folder} holds a run with other settings (config hash {found}, this sweep's "
+                             f"{spec.key}); move it away or give the sweep another --out")
+    if (folder / "metrics.json").is_file() and (folder / "run.json").is_file():
+        return "done"
+    if (folder / "checkpoints" / "last.pt").is_file():
+        return "partial"
+    return "new"
+
+
+def log_tail(folder: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a run's ``train.log`` ("" when it has none)."""
+    path = folder / LOG_FILE
+    if not path.is_file():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class SweepState:
+    """The runs of one sweep folder and their states, written to ``sweep.json`` at every change."""
+
+    def __init__(self, out: Path, sweep: dict[str, Any], launcher: dict[str, Any], specs: list[RunSpec]) -> None:
+        self.out, self.sweep, self.launcher = Path(out), sweep, launcher
+        previous = self._read()
+        self.runs: dict[str, dict[str, Any]] = {}
+        for spec in specs:
+            before = previous.get(spec.name, {})
+            self.runs[spec.name] = {"label": spec.label, "seed": spec.seed, "fold": spec.config.get("fold"),
+                                    "hash": spec.key, "state": "pending", "attempts": before.get("attempts", 0),
+                                    "preemptions": before.get("preemptions", 0),
+                                    "exit_code": before.get("exit_code"), "log_tail": before.get("log_tail", ""),
+                                    "seconds": before.get("seconds"), "started": None}
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        path = self.out / SWEEP_FILE
+        if not path.is_file():
+            return {}
+        try:
+            return json.loads(path.read_text()).get("runs", {})
+        except (json.JSONDecodeError, AttributeError):  # a damaged file is rebuilt from the run folders
+            return {}
+
+    def set(self, name: str, state: str, **fields: Any) -> None:
+        run = self.runs[name]
+        if state == "running":
+            run["started"] = time.time()
+            run["attempts"] += 1
+        elif run.get("started") is not None:
+            run["seconds"] = time.time() - run["started"]
+        run.update(state=state, **fields)
+        self.write()
+
+    def count(self, state: str) -> int:
+        return sum(run["state"] == state for run in self.runs.values())
+
+    def failures(self) -> dict[str, dict[str, Any]]:
+        return {name: run for name, run in self.runs.items() if run["state"] == "failed"}
+
+    def write(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.out / SWEEP_FILE, {"format": SWEEP_FORMAT, "sweep": self.sweep,
+                                                  "launcher": self.launcher, "runs": self.runs})
