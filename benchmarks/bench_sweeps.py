@@ -1,15 +1,20 @@
 """Wall time of one sweep on each launcher: serial against ``local --jobs N`` and ``ray``, as ratios, in one run.
 
-Run: ``.venv/bin/python benchmarks/bench_sweeps.py [--quick] [--rounds R] [--jobs N] [--launchers serial,local,ray]``.
+Run: ``.venv/bin/python benchmarks/bench_sweeps.py [--quick] [--epochs N] [--rounds R] [--jobs N] [--launchers L,...]``.
 
 The sweep is ``zoo compare translation --variants classic,pre-ln --seeds 2`` at preset ``tiny`` (4 runs; ``--quick``:
-1 epoch of 512 pairs, else 2 epochs of the default corpus), each launcher into a fresh folder, ``R`` rounds with the
-launchers' order rotated each round. Serial runs in this process with torch's default threads (this machine's
-cores); ``local`` and ``ray`` run ``--jobs`` runs at once, the cores divided between them (one thread each on two
-cores). Reported: per launcher the median wall time of the whole sweep, its speed-up over serial, and whether its
-``results.json`` statistics equal serial's to the last digit (they need the same thread count to: a run's float
-reductions follow torch's threads, so the parallel launchers are also checked against a serial sweep at their
-thread count). A Ray cluster is started once, outside the timings (``ray.init``: seconds), and kept for the rounds.
+1 epoch of 512 pairs, else 2 epochs of the default corpus; ``--epochs N`` to change), each launcher into a fresh
+folder, ``R`` rounds with the launchers' order rotated each round. Serial runs in this process with torch's default
+threads (this machine's cores); ``local`` and ``ray`` run ``--jobs`` runs at once, the cores divided between them (one
+thread each on two cores). Reported: per launcher the median wall time of the whole sweep, its speed-up over serial,
+and whether its ``results.json`` statistics equal serial's to the last digit (they need the same thread count to: a
+run's float reductions follow torch's threads, so the parallel launchers are also checked against a serial sweep at
+their thread count). A Ray cluster is started once, outside the timings (``ray.init``: seconds), and kept for the
+rounds.
+
+Every run of a parallel launcher is a process of its own and pays its start-up (importing torch, and the optimizer's
+first use importing torch's compiler stack: seconds, more where ``PYTHONDONTWRITEBYTECODE`` keeps Python from caching
+bytecode), which a serial sweep pays once: short runs gain less than long ones.
 
 Measurements, not tests: nothing is asserted, exit code 0.
 """
@@ -42,11 +47,14 @@ def main() -> None:
                           rounds="rounds per launcher (default 1)", clock=False)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="runs at once (default: the cores)")
     parser.add_argument("--launchers", default="serial,local,ray", help="comma-separated, serial first")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 2; --quick 1)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     rounds = args.rounds or 1
     settings = {"preset": "tiny", "progress": False, "beam_size": 1,
                 **({"epochs": 1, "n_train": 512} if args.quick else {"epochs": 2})}
+    if args.epochs:
+        settings["epochs"] = args.epochs
     launchers = [name.strip() for name in args.launchers.split(",")]
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     if "ray" in launchers:

@@ -8,9 +8,9 @@ This package runs them:
   sweep files (TOML or JSON) that ``zoo sweep FILE`` runs or resumes.
 * :mod:`tasks.sweeps.state`: ``sweep.json``, every run with its state (pending, running, done, failed with its
   log's tail, pre-empted), and what a run folder on disk says (done, resumable, new).
-* :mod:`tasks.sweeps.worker`: one run in a process of its own (``python -m tasks.sweeps.worker RUN``): resumes
-  from ``last.pt`` when there is one, and exits with :data:`~tasks.engine.trainer.REQUEUE_EXIT` when a stop
-  signal pre-empted it.
+* :mod:`tasks.sweeps.process`: one run in a process of its own, ``zoo train TASK --config RUN/config.json --out
+  RUN [--resume]`` (resuming from ``last.pt`` when there is one; exit status
+  :data:`~tasks.engine.trainer.REQUEUE_EXIT` when a stop signal pre-empted it), its output in ``RUN/train.log``.
 * :mod:`tasks.sweeps.launchers`: where runs execute — ``serial`` (in this process, today's behaviour), ``local``
   (N worker processes on this machine, the cores divided between them), ``ray`` (one Ray task per run, on a
   running cluster or a local one), ``submitit`` (SLURM jobs, or submitit's local executor without SLURM).

@@ -22,11 +22,9 @@ and resources, ``submitit`` is SLURM (job arrays, requeue on time-out) or submit
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,61 +37,10 @@ from tasks.engine.registry import task_class
 from tasks.engine.trainer import PreemptedError
 from tasks.runs.training import train
 from tasks.sweeps.plan import RunSpec
-from tasks.sweeps.state import LOG_FILE
+from tasks.sweeps.process import PID_FILE, Job, SubmititRun, run_process, signal_run, start_process
 
 LAUNCHERS = ("serial", "local", "ray", "submitit")
 EXTRAS = {"ray": ("ray", "ray"), "submitit": ("submitit", "slurm")}  # launcher: (module, the extra to install)
-PID_FILE = "worker.pid"  # the pid of a run's `zoo train` process while it runs (send it SIGTERM to pre-empt it)
-
-
-@dataclass(frozen=True)
-class Job:
-    """One run as a launcher sees it: the task, its folder (holding ``config.json``), its threads, its plugins."""
-
-    task: str
-    folder: str
-    threads: int = 0  # 0: the run's own num_threads
-    env: dict[str, str] = field(default_factory=dict)
-    budget: str | None = None  # --budget of zoo train (time=SECONDS, flops=X)
-
-    def command(self) -> list[str]:
-        """The ``zoo train`` command line of the run; ``--resume`` when it has a checkpoint to continue."""
-        folder = Path(self.folder)
-        command = [sys.executable, "-m", "tasks.cli.main", "train", self.task, "--config", str(folder / "config.json"),
-                   "--out", str(folder), "--progress", "false"]
-        if self.threads:
-            command += ["--num-threads", str(self.threads)]
-        if self.budget:
-            command += ["--budget", self.budget]
-        if (folder / "checkpoints" / "last.pt").is_file():
-            command.append("--resume")
-        return command
-
-    def environment(self) -> dict[str, str]:
-        env = {**os.environ, **self.env}
-        if self.threads:  # the other libraries' thread pools, sized like torch's
-            env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
-        return env
-
-
-def start_process(job: Job) -> subprocess.Popen:
-    """Start the run's ``zoo train`` process, its output appended to the run's ``train.log``."""
-    folder = Path(job.folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / LOG_FILE, "ab") as log_file:
-        process = subprocess.Popen(job.command(), stdout=log_file, stderr=subprocess.STDOUT, env=job.environment(),
-                                   start_new_session=True)  # the sweep's Ctrl-C reaches it as our SIGTERM
-    (folder / PID_FILE).write_text(f"{process.pid}\n")
-    return process
-
-
-def run_process(job: Job) -> int:
-    """Run the job's process to its end (in a Ray worker or a submitit job); its exit status."""
-    process = start_process(job)
-    try:
-        return process.wait()
-    finally:
-        Path(job.folder, PID_FILE).unlink(missing_ok=True)
 
 
 def run_in_process(spec: RunSpec, folder: Path) -> int:
@@ -284,43 +231,13 @@ class RayLauncher(Launcher):
 
     def stop(self, running: list[Handle]) -> None:
         for handle in running:  # the run's own process gets SIGTERM (it checkpoints), its task then ends
-            _signal_run(Path(handle.job.folder), signal.SIGTERM)
+            signal_run(Path(handle.job.folder), signal.SIGTERM)
         if running:
             self.ray.wait([h.ref for h in running], num_returns=len(running), timeout=120)
 
     def close(self) -> None:
         if self.started:
             self.ray.shutdown()
-
-
-def _signal_run(folder: Path, number: int) -> None:
-    """Send signal ``number`` to the run's ``zoo train`` process, if it is running."""
-    with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-        os.kill(int((folder / PID_FILE).read_text()), number)
-
-
-class SubmititRun:
-    """What a submitit job calls: the run's process; on SLURM's time-out signal, submitit calls
-    :meth:`checkpoint`, which makes the run save ``last.pt`` and requeues the job to resume it."""
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-
-    def __call__(self) -> int:
-        import submitit
-
-        if int(os.environ.get("SLURM_NTASKS", "1")) > 1:  # one DDP rank per task: RANK, WORLD_SIZE, MASTER_ADDR
-            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-        return run_process(self.job)
-
-    def checkpoint(self, *args, **kwargs):
-        import submitit
-
-        _signal_run(Path(self.job.folder), signal.SIGUSR1)  # the run checkpoints after its current step
-        deadline = time.monotonic() + 60
-        while Path(self.job.folder, PID_FILE).exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        return submitit.helpers.DelayedSubmission(SubmititRun(self.job))
 
 
 class SubmititLauncher(Launcher):
@@ -375,7 +292,7 @@ class SubmititLauncher(Launcher):
 
     def stop(self, running: list[Handle]) -> None:
         for handle in running:
-            _signal_run(Path(handle.job.folder), signal.SIGTERM)
+            signal_run(Path(handle.job.folder), signal.SIGTERM)
         deadline = time.monotonic() + 120
         while any(not h.ref.done() for h in running) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -24,10 +24,10 @@ from typing import Any
 
 from core.atomic import write_json_atomic
 from tasks.sweeps.plan import RunSpec, config_hash
+from tasks.sweeps.process import LOG_FILE
 
 SWEEP_FILE = "sweep.json"
 SWEEP_FORMAT = 1
-LOG_FILE = "train.log"
 STATES = ("pending", "running", "done", "preempted", "failed")
 
 

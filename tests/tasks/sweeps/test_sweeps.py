@@ -20,7 +20,8 @@ import pytest
 from tasks.cli.main import main
 from tasks.compare.sweep import compare
 from tasks.sweeps.driver import SweepFailedError, run_sweep
-from tasks.sweeps.launchers import PID_FILE, Launch
+from tasks.sweeps.launchers import Launch
+from tasks.sweeps.process import PID_FILE
 from tasks.sweeps.state import SWEEP_FILE
 
 VARIANTS = ["classic", "pre-ln"]
@@ -114,6 +115,38 @@ def test_submitit_sweep_survives_a_sigterm_mid_training(serial, tmp_path):
     log = (out / stopped[0] / "train.log").read_text()
     assert "SIGTERM received: checkpoint saved at optimizer step" in log and "resumed from" in log
     assert _numbers(out) == _numbers(serial)
+
+
+def test_submitits_checkpoint_hook_saves_the_run_and_the_requeued_job_resumes_it(serial, tmp_path):
+    """What SLURM's time-out signal does through submitit: checkpoint() makes the run save and stop, and the job it
+    returns for the requeue finishes the run with the uninterrupted numbers."""
+    import submitit
+
+    from tasks.compare.sweep import Entry, run_specs
+    from tasks.sweeps.driver import _prepare
+    from tasks.sweeps.process import Job, SubmititRun, start_process
+
+    spec = run_specs("translation", [Entry("classic", "classic")], 1, "epochs=3", **SETTINGS)[0]
+    folder = tmp_path / spec.name
+    _prepare(spec, folder)
+    run = SubmititRun(Job("translation", str(folder), threads=1, budget=spec.budget))
+    run.process = start_process(run.job)  # as __call__ starts it
+    rows = folder / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (rows.is_file() and rows.read_text().count("\n") >= 1) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(run.process.pid, signal.SIGSTOP)
+    assert rows.read_text().count("\n") == 1, "the run got past its second epoch before it was stopped"
+    os.kill(run.process.pid, signal.SIGCONT)
+    requeued = run.checkpoint()
+    assert isinstance(requeued, submitit.helpers.DelayedSubmission) and requeued.function.job == run.job
+    assert "SIGUSR1 received: checkpoint saved at optimizer step" in (folder / "train.log").read_text()
+    assert requeued.function() == 0  # the requeued job: zoo train --resume
+    assert "resumed from" in (folder / "train.log").read_text()
+    done = json.loads((folder / "metrics.json").read_text())
+    uninterrupted = json.loads((serial / spec.name / "metrics.json").read_text())
+    assert done["final"] == uninterrupted["final"]
+    assert [r["bleu"] for r in done["history"]] == [r["bleu"] for r in uninterrupted["history"]]
 
 
 def test_rerun_reuses_finished_runs_and_finishes_the_others(serial, tmp_path):

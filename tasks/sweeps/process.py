@@ -1,0 +1,117 @@
+"""One run in a process of its own: the ``zoo train`` command line of a sweep's run, started, waited for, signalled.
+
+This module imports nothing but the standard library (submitit lazily), so that a Ray worker or a submitit job that
+only starts a run's process does not pay for importing torch itself: the run's own process does that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LOG_FILE = "train.log"  # each run's output, in its folder
+PID_FILE = "worker.pid"  # the pid of a run's `zoo train` process while it runs (send it SIGTERM to pre-empt it)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run as a launcher sees it: the task, its folder (holding ``config.json``), its threads, its plugins."""
+
+    task: str
+    folder: str
+    threads: int = 0  # 0: the run's own num_threads
+    env: dict[str, str] = field(default_factory=dict)
+    budget: str | None = None  # --budget of zoo train (time=SECONDS, flops=X)
+
+    def command(self) -> list[str]:
+        """The ``zoo train`` command line of the run; ``--resume`` when it has a checkpoint to continue."""
+        folder = Path(self.folder)
+        command = [sys.executable, "-m", "tasks.cli.main", "train", self.task, "--config", str(folder / "config.json"),
+                   "--out", str(folder), "--progress", "false"]
+        if self.threads:
+            command += ["--num-threads", str(self.threads)]
+        if self.budget:
+            command += ["--budget", self.budget]
+        if (folder / "checkpoints" / "last.pt").is_file():
+            command.append("--resume")
+        return command
+
+    def environment(self) -> dict[str, str]:
+        env = {**os.environ, **self.env}
+        if self.threads:  # the other libraries' thread pools, sized like torch's
+            env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
+        return env
+
+
+def start_process(job: Job) -> subprocess.Popen:
+    """Start the run's ``zoo train`` process, its output appended to the run's ``train.log``."""
+    folder = Path(job.folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOG_FILE, "ab") as log_file:
+        process = subprocess.Popen(job.command(), stdout=log_file, stderr=subprocess.STDOUT, env=job.environment(),
+                                   start_new_session=True)  # the sweep's Ctrl-C reaches it as our SIGTERM
+    (folder / PID_FILE).write_text(f"{process.pid}\n")
+    return process
+
+
+def run_process(job: Job) -> int:
+    """Run the job's process to its end (in a Ray worker or a submitit job); its exit status."""
+    process = start_process(job)
+    try:
+        return process.wait()
+    finally:
+        Path(job.folder, PID_FILE).unlink(missing_ok=True)
+
+
+def signal_run(folder: Path, number: int) -> None:
+    """Send signal ``number`` to the run's ``zoo train`` process, if it is running."""
+    with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        os.kill(int((folder / PID_FILE).read_text()), number)
+
+
+class SubmititRun:
+    """What a submitit job calls: the run's process; on SLURM's time-out signal, submitit calls
+    :meth:`checkpoint`, which makes the run save ``last.pt`` and requeues the job to resume it."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.process: subprocess.Popen | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"job": self.job, "process": None}  # a process handle does not travel with the pickled job
+
+    def __call__(self) -> int:
+        import submitit
+
+        if int(os.environ.get("SLURM_NTASKS", "1")) > 1:  # one DDP rank per task: RANK, WORLD_SIZE, MASTER_ADDR
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        self.process = start_process(self.job)
+        try:
+            return self.process.wait()
+        finally:
+            Path(self.job.folder, PID_FILE).unlink(missing_ok=True)
+
+    def checkpoint(self, *args, **kwargs):
+        """Called by submitit (in its signal handler) before the job is stopped: the run saves ``last.pt`` after its
+        current step and exits; the job is requeued, and the requeued job resumes it."""
+        import submitit
+
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # reaped here: the wait() this handler interrupted never resumes
+                try:
+                    if os.waitpid(self.process.pid, os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:  # reaped already
+                    break
+                time.sleep(0.2)
+        Path(self.job.folder, PID_FILE).unlink(missing_ok=True)
+        return submitit.helpers.DelayedSubmission(SubmititRun(self.job))
