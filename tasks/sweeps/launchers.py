@@ -10,9 +10,10 @@ and resources, ``submitit`` is SLURM (job arrays, requeue on time-out) or submit
 * ``local --jobs N``: N runs at once, the machine's cores divided between them (``num_threads`` of each run, unless
   the sweep sets it; ``OMP_NUM_THREADS`` likewise).
 * ``ray``: each run a Ray task with ``--resources cpu=C,gpu=G`` (default cpu=1), on the cluster ``RAY_ADDRESS``
-  names (``ray start --head`` first), else on a local one started for the sweep and stopped after it. The run
-  folders must be on a file system the workers share (they write there; nothing comes back through Ray but the
-  exit status).
+  names (``ray start --head`` first), else on a local one started for the sweep and stopped after it. A worker that
+  sees the sweep's folder (a shared file system) trains in it; one that does not gets the run folder (its config,
+  and its checkpoint when it resumes) with the task, trains in a temporary copy and sends the folder back through
+  Ray, logs included (:func:`~tasks.sweeps.process.run_anywhere`).
 * ``submitit``: one job per run, submitted as a SLURM job array when SLURM is there (``--slurm-partition``,
   ``--slurm-time`` minutes, ``--slurm-gpus-per-node``; ``--resources cpu=C`` per task); SLURM's time-out signal
   makes the run checkpoint and the job requeue itself (submitit's checkpointing). With ``gpu=G > 1`` a job runs G
@@ -37,7 +38,16 @@ from tasks.engine.registry import task_class
 from tasks.engine.trainer import PreemptedError
 from tasks.runs.training import train
 from tasks.sweeps.plan import RunSpec
-from tasks.sweeps.process import PID_FILE, Job, SubmititRun, run_process, signal_run, start_process
+from tasks.sweeps.process import (
+    PID_FILE,
+    Job,
+    SubmititRun,
+    pack_folder,
+    run_anywhere,
+    signal_run,
+    start_process,
+    unpack_folder,
+)
 
 LAUNCHERS = ("serial", "local", "ray", "submitit")
 EXTRAS = {"ray": ("ray", "ray"), "submitit": ("submitit", "slurm")}  # launcher: (module, the extra to install)
@@ -194,6 +204,7 @@ class RayLauncher(Launcher):
         ray = _import_extra("ray")
         self.resources = resources or {"cpu": 1.0, "gpu": 0.0}
         self.started = not ray.is_initialized()
+        self.started_here = self.started and not os.environ.get("RAY_ADDRESS")  # a local cluster of this sweep
         if self.started:
             address = os.environ.get("RAY_ADDRESS")
             options = {"address": address} if address else {
@@ -203,7 +214,7 @@ class RayLauncher(Launcher):
         self.address = os.environ.get("RAY_ADDRESS") or "a local cluster started for this sweep"
         self.capacity = jobs  # Ray queues what its resources cannot hold yet; --jobs bounds what we hand it
         self.remote = ray.remote(num_cpus=self.resources["cpu"], num_gpus=self.resources["gpu"],
-                                 max_retries=0)(run_process)
+                                 max_retries=0)(run_anywhere)
 
     def threads(self) -> int:
         return max(1, int(self.resources["cpu"]))
@@ -212,7 +223,9 @@ class RayLauncher(Launcher):
         return {**super().describe(), "resources": self.resources, "cluster": self.address}
 
     def start(self, handle: Handle) -> None:
-        handle.ref = self.remote.remote(handle.job)
+        # a cluster of our own shares this file system; a running one (RAY_ADDRESS) may not: send the folder along
+        packed = b"" if self.started_here else pack_folder(Path(handle.job.folder))
+        handle.ref = self.remote.remote(handle.job, packed)
 
     def wait(self, running: list[Handle], timeout: float) -> list[Handle]:
         by_ref = {h.ref: h for h in running}
@@ -223,7 +236,9 @@ class RayLauncher(Launcher):
         for ref in ready:
             handle = by_ref[ref]
             try:
-                handle.exit_code = self.ray.get(ref)
+                handle.exit_code, packed = self.ray.get(ref)
+                if packed is not None:  # the worker could not see the sweep's folder: its copy comes back
+                    unpack_folder(packed, Path(handle.job.folder))
             except Exception as error:  # the task or its worker died
                 handle.exit_code, handle.error = 1, f"{type(error).__name__}: {str(error)[:500]}"
             ended.append(handle)

@@ -7,10 +7,14 @@ only starts a run's process does not pay for importing torch itself: the run's o
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
 import os
 import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +72,43 @@ def run_process(job: Job) -> int:
         return process.wait()
     finally:
         Path(job.folder, PID_FILE).unlink(missing_ok=True)
+
+
+def pack_folder(folder: Path) -> bytes:
+    """The run folder as a gzipped tar (what a worker without the sweep's file system needs, or gives back)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        if folder.is_dir():
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and path.name != PID_FILE:
+                    tar.add(path, arcname=str(path.relative_to(folder)))
+    return buffer.getvalue()
+
+
+def unpack_folder(data: bytes, folder: Path) -> None:
+    """Write a :func:`pack_folder` archive into ``folder`` (files it holds are replaced)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():  # plain files under the folder only, whatever the archive says
+            if not member.isfile() or member.name.startswith("/") or ".." in Path(member.name).parts:
+                raise ValueError(f"run folder archive holds {member.name!r}, not a file of the run folder")
+        tar.extractall(folder)
+
+
+def run_anywhere(job: Job, packed: bytes) -> tuple[int, bytes | None]:
+    """Run the job where its folder is (a Ray worker on the sweep's file system: in place, nothing comes back), or,
+    on a worker that cannot see the folder, in a temporary copy made from ``packed`` (:func:`pack_folder` of the run
+    folder: its config, and its checkpoint when it resumes), giving the folder back packed, logs included."""
+    if Path(job.folder, "config.json").is_file():
+        return run_process(job), None
+    if not packed:
+        raise FileNotFoundError(f"this worker cannot see the run folder {job.folder} and none was sent with the task: "
+                                "put the sweep's --out on a file system the workers share")
+    with tempfile.TemporaryDirectory(prefix="zoo-run-") as tmp:
+        local = Path(tmp) / Path(job.folder).name
+        unpack_folder(packed, local)
+        code = run_process(dataclasses.replace(job, folder=str(local)))
+        return code, pack_folder(local)
 
 
 def signal_run(folder: Path, number: int) -> None:

@@ -149,6 +149,26 @@ def test_submitits_checkpoint_hook_saves_the_run_and_the_requeued_job_resumes_it
     assert [r["bleu"] for r in done["history"]] == [r["bleu"] for r in uninterrupted["history"]]
 
 
+def test_a_worker_without_the_sweeps_file_system_trains_a_copy_and_sends_the_folder_back(serial, tmp_path):
+    """What a Ray task on a node that cannot see --out does (tasks.sweeps.process.run_anywhere)."""
+    from tasks.compare.sweep import Entry, run_specs
+    from tasks.sweeps.driver import _prepare
+    from tasks.sweeps.process import Job, pack_folder, run_anywhere, unpack_folder
+
+    spec = run_specs("translation", [Entry("pre-ln", "pre-ln")], 1, "epochs=3", **SETTINGS)[0]
+    here = tmp_path / "sweep" / spec.name
+    _prepare(spec, here)
+    elsewhere = Job("translation", str(tmp_path / "not-on-this-worker" / spec.name), threads=1, budget=spec.budget)
+    code, packed = run_anywhere(elsewhere, pack_folder(here))
+    assert code == 0 and not (tmp_path / "not-on-this-worker").exists()
+    unpack_folder(packed, here)
+    assert "outputs in" in (here / "train.log").read_text()
+    done = json.loads((here / "metrics.json").read_text())
+    assert done["final"] == json.loads((serial / spec.name / "metrics.json").read_text())["final"]
+    with pytest.raises(FileNotFoundError, match="cannot see the run folder"):
+        run_anywhere(elsewhere, b"")
+
+
 def test_rerun_reuses_finished_runs_and_finishes_the_others(serial, tmp_path):
     out = tmp_path / "again"
     shutil.copytree(serial, out)
