@@ -48,6 +48,25 @@ def cv(root):
     return out, command
 
 
+def test_zoo_cv_on_the_local_launcher_trains_the_folds_the_serial_cv_does(root):
+    """The folds as parallel worker processes (`--launcher local --jobs 2`) give the in-process cv's numbers, at the
+    same thread count."""
+    runs = {}
+    for name, launch in (("serial", []), ("local", ["--launcher", "local", "--jobs", "2"])):
+        out = root / f"cv-{name}"
+        assert main(["cv", "medseg", "--data", str(root / "pairs"), "--out", str(out), "--folds", "2", *FLAGS,
+                     "--num-threads", "1", *launch]) == 0
+        runs[name] = json.loads((out / "cv.json").read_text())
+    assert runs["local"]["trained"] == [0, 1]
+    for key in ("dice", "hd95", "dice_mm", "hd95_mm", "nnunet_dice"):
+        assert [f[key] for f in runs["local"]["per_fold"]] == [f[key] for f in runs["serial"]["per_fold"]], key
+    sweep = json.loads((root / "cv-local" / "sweep.json").read_text())
+    assert sweep["sweep"]["kind"] == "cv" and set(sweep["runs"]) == {"fold_0", "fold_1"}
+    assert all("outputs in" in (root / "cv-local" / f"fold_{k}" / "train.log").read_text() for k in (0, 1))
+    assert main(["sweep", str(root / "cv-local" / "sweep.json")]) == 0  # the recorded sweep, run again: all reused
+    assert json.loads((root / "cv-local" / "cv.json").read_text())["skipped"] == [0, 1]
+
+
 def test_zoo_cv_trains_each_fold_once_and_summarises(cv, capsys):
     out, command = cv
     summary = json.loads((out / "cv.json").read_text())
