@@ -207,9 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except Exception as error:  # a sweep that was pre-empted, or whose runs failed: said plainly, no traceback
         from tasks.engine.trainer import REQUEUE_EXIT, PreemptedError
-        from tasks.sweeps.driver import SweepFailedError
+        from tasks.sweeps.driver import SweepFailedError, SweepStoppedError
 
-        if isinstance(error, PreemptedError):
+        if isinstance(error, PreemptedError | SweepStoppedError):
             print(f"zoo {args.command}: {error}; the same command resumes", file=sys.stderr)
             return REQUEUE_EXIT
         if isinstance(error, SweepFailedError):

@@ -4,9 +4,9 @@
 reused, one with a checkpoint resumes, the others start. It keeps the launcher at its capacity, and when a run ends:
 done; pre-empted (it saved ``last.pt`` on a stop signal, or a SIGTERM ended it before it could) — handed back to
 the launcher to resume, up to :data:`MAX_REQUEUES` times; failed — tried again up to ``retry`` times, then reported
-with the tail of its log. One log line per state change, with the overall count and an ETA. Ctrl-C (or SIGTERM to a
-serial sweep) asks every running run to checkpoint and stop, records them as pre-empted and stops: the same command
-resumes the sweep.
+with the tail of its log. One log line per state change, with the overall count and an ETA. Ctrl-C, or SIGTERM /
+SIGUSR1 to the sweep's own process, asks every running run to checkpoint and stop, records them as pre-empted and
+stops: the same command resumes the sweep.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 
 from core.atomic import write_json_atomic
 from tasks.engine.config import check_folder
-from tasks.engine.trainer import REQUEUE_EXIT, PreemptedError
+from tasks.engine.trainer import REQUEUE_EXIT, PreemptedError, stop_signals
 from tasks.sweeps.launchers import Handle, Job, Launch, Launcher, SerialLauncher
 from tasks.sweeps.plan import RunSpec
-from tasks.sweeps.state import SweepState, folder_state, log_tail
+from tasks.sweeps.state import SWEEP_FILE, SweepState, folder_state, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,22 @@ POLL_SECONDS = 2.0
 
 class SweepFailedError(RuntimeError):
     """Runs of the sweep failed after their retries; the message lists them with the end of their logs."""
+
+
+class SweepStoppedError(Exception):
+    """The sweep's own process got a stop signal (SIGTERM, SIGUSR1): its running runs saved checkpoints and stopped;
+    the same command resumes the sweep (``zoo`` exits with :data:`~tasks.engine.trainer.REQUEUE_EXIT`)."""
+
+    def __init__(self, signal_name: str, out: Path) -> None:
+        super().__init__(f"{signal_name} received: the running runs saved their checkpoints and stopped ({out}/"
+                         f"{SWEEP_FILE} says which)")
+
+
+def _raise_stop(out: Path):
+    def stop(name: str) -> None:
+        raise SweepStoppedError(name, out)
+
+    return stop
 
 
 def run_sweep(specs: Sequence[RunSpec], out: Path, launch: Launch | None = None,
@@ -91,42 +107,43 @@ def run_sweep(specs: Sequence[RunSpec], out: Path, launch: Launch | None = None,
     running: list[Handle] = []
     sweep_start = time.monotonic()
     try:
-        while pending or running:
-            while pending and len(running) < launcher.capacity:
-                spec = pending.popleft()
-                config_threads = int(spec.config.get("num_threads") or 0)
-                job = Job(spec.task, str(folders[spec.name]), config_threads or launcher.threads(), env, spec.budget)
-                handle = Handle(spec, job)
-                state.set(spec.name, "running")
-                _progress(state, spec.name, "started", durations, launcher, len(pending))
-                running.append(handle)
-                launcher.start(handle)
-            for handle in launcher.wait(running, POLL_SECONDS):
-                running.remove(handle)
-                name = handle.spec.name
-                seconds = time.time() - (state.runs[name]["started"] or time.time())
-                if handle.exit_code == 0:
-                    durations.append(seconds)
-                    state.set(name, "done", exit_code=0, log_tail="")
-                    _progress(state, name, f"done in {seconds:.0f} s", durations, launcher, len(pending))
-                elif handle.exit_code in PREEMPTED_EXITS and requeues.get(name, 0) < MAX_REQUEUES:
-                    requeues[name] = requeues.get(name, 0) + 1
-                    state.runs[name]["preemptions"] += 1
-                    state.set(name, "preempted", exit_code=handle.exit_code)
-                    _progress(state, name, "pre-empted after saving its checkpoint; requeued to resume", durations,
-                              launcher, len(pending))
-                    pending.append(handle.spec)
-                else:
-                    failures[name] = failures.get(name, 0) + 1
-                    tail = "\n".join(filter(None, [handle.error, log_tail(folders[name])]))
-                    state.set(name, "failed", exit_code=handle.exit_code, log_tail=tail)
-                    again = failures[name] <= retry
-                    _progress(state, name, f"failed (exit {handle.exit_code})" +
-                              (f"; retry {failures[name]} of {retry}" if again else ""), durations, launcher,
-                              len(pending))
-                    if again:
+        with stop_signals(_raise_stop(out)):  # a scheduler stopping the sweep's own process
+            while pending or running:
+                while pending and len(running) < launcher.capacity:
+                    spec = pending.popleft()
+                    threads = int(spec.config.get("num_threads") or 0) or launcher.threads()
+                    job = Job(spec.task, str(folders[spec.name]), threads, env, spec.budget)
+                    handle = Handle(spec, job)
+                    state.set(spec.name, "running")
+                    _progress(state, spec.name, "started", durations, launcher, len(pending))
+                    running.append(handle)
+                    launcher.start(handle)
+                for handle in launcher.wait(running, POLL_SECONDS):
+                    running.remove(handle)
+                    name = handle.spec.name
+                    seconds = time.time() - (state.runs[name]["started"] or time.time())
+                    if handle.exit_code == 0:
+                        durations.append(seconds)
+                        state.set(name, "done", exit_code=0, log_tail="")
+                        _progress(state, name, f"done in {seconds:.0f} s", durations, launcher, len(pending))
+                    elif handle.exit_code in PREEMPTED_EXITS and requeues.get(name, 0) < MAX_REQUEUES:
+                        requeues[name] = requeues.get(name, 0) + 1
+                        state.runs[name]["preemptions"] += 1
+                        state.set(name, "preempted", exit_code=handle.exit_code)
+                        _progress(state, name, "pre-empted after saving its checkpoint; requeued to resume", durations,
+                                  launcher, len(pending))
                         pending.append(handle.spec)
-    except (KeyboardInterrupt, PreemptedError):
+                    else:
+                        failures[name] = failures.get(name, 0) + 1
+                        tail = "\n".join(filter(None, [handle.error, log_tail(folders[name])]))
+                        state.set(name, "failed", exit_code=handle.exit_code, log_tail=tail)
+                        again = failures[name] <= retry
+                        _progress(state, name, f"failed (exit {handle.exit_code})" +
+                                  (f"; retry {failures[name]} of {retry}" if again else ""), durations, launcher,
+                                  len(pending))
+                        if again:
+                            pending.append(handle.spec)
+    except (KeyboardInterrupt, PreemptedError, SweepStoppedError):
         if isinstance(launcher, SerialLauncher):
             running = [h for h in running if h.exit_code is None]
         launcher.stop(running)

@@ -92,6 +92,32 @@ def _stop_one_run_mid_training(out: Path, deadline: float) -> str:
     raise AssertionError("no run finished an epoch in time")
 
 
+def test_sigterm_to_the_sweep_stops_its_runs_and_the_same_command_resumes(serial, tmp_path):
+    """A scheduler stopping the sweep's own process: every running run checkpoints, the sweep exits 75 (requeue),
+    and running the same command again ends with the uninterrupted numbers."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "stopped"
+    flags = [item for key, value in SETTINGS.items() if key != "epochs"
+             for item in ("--set", f"{key}={json.dumps(value)}")]
+    command = [sys.executable, "-m", "tasks.cli.main", "compare", "translation", "--variants", ",".join(VARIANTS),
+               "--seeds", "2", "--epochs", str(SETTINGS["epochs"]), *flags, "--out", str(out), "--launcher", "local",
+               "--jobs", "2"]
+    sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any(p.stat().st_size for p in out.glob("*/metrics.jsonl")):
+        time.sleep(0.05)
+    sweep.send_signal(signal.SIGTERM)
+    printed = sweep.communicate(timeout=300)[0]
+    assert sweep.returncode == 75, printed
+    assert "SIGTERM received: the running runs saved their checkpoints and stopped" in printed
+    states = [run["state"] for run in _runs(out).values()]
+    assert "preempted" in states and set(states) <= {"preempted", "done", "pending"}
+    _sweep(out, Launch("local", jobs=2))
+    assert _numbers(out) == _numbers(serial)
+
+
 def test_submitit_sweep_survives_a_sigterm_mid_training(serial, tmp_path):
     import threading
 
