@@ -25,6 +25,12 @@ def trained(tmp_path_factory):
     return out, result["table"]
 
 
+def _run(out, label: str):
+    """The folder of ``label``'s seed-0 run (named by label, seed and a hash of its config)."""
+    (folder,) = out.glob(f"{label}-seed0-*")
+    return folder
+
+
 def _table(printed: str) -> str:
     return printed.split("\n\n")[0].strip()
 
@@ -45,7 +51,7 @@ def test_results_json_carries_the_statistics(trained):
     assert linear["delta"] == pytest.approx(linear["mean"] - vit["mean"], abs=1e-12)
     low, high = linear["delta_ci95"]
     assert low <= linear["delta"] <= high
-    trained_top1 = json.loads((out / "vit-seed0" / "metrics.json").read_text())["final"]["test"]["top1"]
+    trained_top1 = json.loads((_run(out, "vit") / "metrics.json").read_text())["final"]["test"]["top1"]
     assert vit["mean"] == pytest.approx(trained_top1, abs=1e-12)  # the training's own number, from the records
     assert "macro_f1" in vit["metrics"] and results["budget"] == {"vit": "1 epoch(s) per run",
                                                                    "linear": "1 epoch(s) per run"}
@@ -59,7 +65,7 @@ def test_results_json_carries_the_statistics(trained):
 def test_runs_reproduce_the_trained_table(trained, capsys):
     out, printed = trained
     again = out.parent / "again"
-    assert main(["compare", "cifar", "--runs", str(out / "vit-seed0"), str(out / "linear-seed0"),
+    assert main(["compare", "cifar", "--runs", str(_run(out, "vit")), str(_run(out, "linear")),
                  "--out", str(again)]) == 0
     assert _table(capsys.readouterr().out) == _table(printed)
     rebuilt, original = (json.loads((d / "results.json").read_text()) for d in (again, out))
@@ -68,7 +74,7 @@ def test_runs_reproduce_the_trained_table(trained, capsys):
 
 def test_the_baseline_alone_is_tabulated_without_tests(trained, capsys):
     out, _ = trained
-    assert main(["compare", "cifar", "--runs", str(out / "vit-seed0"), "--out", str(out.parent / "alone")]) == 0
+    assert main(["compare", "cifar", "--runs", str(_run(out, "vit")), "--out", str(out.parent / "alone")]) == 0
     printed = capsys.readouterr().out
     assert "No comparison: only the baseline was run" in printed and "Holm-corrected" not in printed
 
@@ -76,22 +82,22 @@ def test_the_baseline_alone_is_tabulated_without_tests(trained, capsys):
 def test_runs_on_different_data_are_refused(trained, capsys):
     out, _ = trained
     other = out.parent / "other-data"
-    shutil.copytree(out / "linear-seed0", other)
+    shutil.copytree(_run(out, "linear"), other)
     index = other / "predictions" / "index.json"
     entry = json.loads(index.read_text())
     entry["test"]["data_hash"] = "sha256:" + "0" * 64  # as if scored on another test set
     index.write_text(json.dumps(entry))
-    assert main(["compare", "cifar", "--runs", str(out / "vit-seed0"), str(other), "--out", str(out.parent / "x")]) == 2
+    assert main(["compare", "cifar", "--runs", str(_run(out, "vit")), str(other), "--out", str(out.parent / "x")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "evaluated on different test data" in err
-    assert str(other) in err and str(out / "vit-seed0") in err  # names both runs
+    assert str(other) in err and str(_run(out, "vit")) in err  # names both runs
 
 
 def test_identical_variants_and_a_clearly_better_one(trained, tmp_path):
     out, _ = trained
-    base = read_result(out / "vit-seed0")
+    base = read_result(_run(out, "vit"))
     reset_dir = tmp_path / "reset"
-    shutil.copytree(out / "vit-seed0", reset_dir, ignore=shutil.ignore_patterns("predictions", "evaluations"))
+    shutil.copytree(_run(out, "vit"), reset_dir, ignore=shutil.ignore_patterns("predictions", "evaluations"))
     best = reset_dir / "checkpoints" / "best.pt"
     state = torch.load(best, weights_only=True)
     torch.manual_seed(1)
@@ -103,7 +109,7 @@ def test_identical_variants_and_a_clearly_better_one(trained, tmp_path):
     torch.save(state, best)
     assert main(["evaluate", str(reset_dir), "--out", str(tmp_path / "reset-eval")]) == 0
     reset = read_result(tmp_path / "reset-eval")
-    again = read_result(out / "vit-seed0")  # the same run read twice: two identical variants
+    again = read_result(_run(out, "vit"))  # the same run read twice: two identical variants
     result = build_comparison("cifar", {"reset": [reset], "trained": [base], "identical": [again]}, "reset",
                               tmp_path / "cmp", alpha=0.05)
     trained_row, identical_row = result["rows"][1], result["rows"][2]
@@ -117,15 +123,15 @@ def test_identical_variants_and_a_clearly_better_one(trained, tmp_path):
 
 def test_runs_flags_and_baseline_errors(trained, capsys):
     out, _ = trained
-    runs = ["--runs", str(out / "linear-seed0")]
+    runs = ["--runs", str(_run(out, "linear"))]
     assert main(["compare", "cifar", *runs, "--seeds", "2", "--out", str(out.parent / "y")]) == 2
     assert "--runs compares finished runs and trains nothing; drop --seeds" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no run of the baseline 'vit' among --runs"):
-        compare_runs("cifar", [out / "linear-seed0"], out.parent / "z")
+        compare_runs("cifar", [_run(out, "linear")], out.parent / "z")
     with pytest.raises(ValueError, match="is a cifar run, not a medseg one"):
-        compare_runs("medseg", [out / "linear-seed0"], out.parent / "z", baseline="linear")
+        compare_runs("medseg", [_run(out, "linear")], out.parent / "z", baseline="linear")
     with pytest.raises(ValueError, match="come from the same training run"):
-        compare_runs("cifar", [out / "vit-seed0", out / "vit-seed0"], out.parent / "z")
+        compare_runs("cifar", [_run(out, "vit"), _run(out, "vit")], out.parent / "z")
     with pytest.raises(FileNotFoundError, match="neither a run folder"):
         read_result(out)  # the comparison's own folder is no run
 

@@ -164,5 +164,6 @@ def test_compare_and_ablate_run_end_to_end(tmp_path, capsys):
     rows = json.loads((tmp_path / "a" / "results.json").read_text())["rows"]
     assert [r["variant"] for r in rows] == ["pre-ln", "without norm"]
     assert rows[1]["verdict"] in ("better", "worse", "no significant difference")  # what the change bought
-    report = (tmp_path / "c" / "classic-seed0" / "report.md").read_text()
+    (run,) = (tmp_path / "c").glob("classic-seed0-*")  # named by label, seed and a hash of its config
+    report = (run / "report.md").read_text()
     assert "What changed" in report  # every zoo train report has the delta section
