@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 from collections.abc import Iterable
 
@@ -13,6 +14,19 @@ def unknown_name(kind: str, name: object, known: Iterable[str]) -> ValueError:
     close = difflib.get_close_matches(str(name), known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return ValueError(f"unknown {kind} {name!r}.{hint} Known: {', '.join(known)}.")
+
+
+def import_extra(module: str, needed_by: str, extra: str, package: str | None = None):
+    """``module`` imported, or a ValueError naming what ``needed_by`` (a flag) needs and the extra that installs it.
+
+    ``package``: the distribution to install, when it is not ``module``'s top-level name.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        package = package or module.split(".")[0]
+        raise ValueError(f"{needed_by} needs {package}: pip install -e '.[{extra}]' (or pip install {package})"
+                         ) from None
 
 
 def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:

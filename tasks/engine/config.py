@@ -83,11 +83,7 @@ class TrainConfig:
             check_bool(name, getattr(self, name))
         if self.precision not in PRECISIONS:
             raise unknown_name("precision", self.precision, PRECISIONS)
-        if not isinstance(self.track, str):
-            raise TypeError(f"track must be a comma-separated string of {', '.join(TRACKERS)}, got {self.track!r}")
-        for name in filter(None, (n.strip() for n in self.track.split(","))):
-            if name not in TRACKERS:
-                raise unknown_name("tracker (--track)", name, TRACKERS)
+        tracker_names(self.track)
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of variant config overrides, got {type(self.model).__name__}")
 
@@ -110,6 +106,17 @@ class TrainConfig:
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+def tracker_names(track: object) -> list[str]:
+    """``--track``'s ``"tensorboard,mlflow"`` as a list of trackers ("" for none); unknown names are refused."""
+    if not isinstance(track, str):
+        raise TypeError(f"track must be a comma-separated string of {', '.join(TRACKERS)}, got {track!r}")
+    names = [name.strip() for name in track.split(",") if name.strip()]
+    for name in names:
+        if name not in TRACKERS:
+            raise unknown_name("tracker (--track)", name, TRACKERS)
+    return names
 
 
 def check_folder(flag: str, path: Path, wanted: str) -> None:

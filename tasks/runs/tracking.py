@@ -23,20 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic import write_json_atomic
-from core.errors import unknown_name
+from core.errors import import_extra
 from tasks.engine.callbacks import Callback
-from tasks.engine.config import TRACKERS
+from tasks.engine.config import tracker_names
 
 TRACKING_FILE = "tracking.json"
-
-
-def parse_track(text: str) -> list[str]:
-    """``"tensorboard,mlflow"`` as a list of trackers ("" for none); unknown names are refused."""
-    names = [name.strip() for name in (text or "").split(",") if name.strip()]
-    for name in names:
-        if name not in TRACKERS:
-            raise unknown_name("tracker (--track)", name, TRACKERS)
-    return names
 
 
 def numbers(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -51,19 +42,12 @@ def numbers(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
     return out
 
 
-def _require(module: str, tracker: str):
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError:
-        raise ValueError(f"--track {tracker} needs the {module.split('.')[0]} package: pip install -e '.[track]' "
-                         f"(or pip install {tracker})") from None
-
-
 class TensorBoardTracker(Callback):
     """Writes the run's numbers as TensorBoard event files in ``RUN/tensorboard/``."""
 
     def __init__(self) -> None:
-        self.SummaryWriter = _require("torch.utils.tensorboard", "tensorboard").SummaryWriter
+        self.SummaryWriter = import_extra("torch.utils.tensorboard", "--track tensorboard", "track",
+                                          package="tensorboard").SummaryWriter
         self.writer = None
 
     def on_start(self, trainer, step: int) -> None:
@@ -92,7 +76,7 @@ class MlflowTracker(Callback):
     """Logs the run to MLflow (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.mlflow = _require("mlflow", "mlflow")
+        self.mlflow = import_extra("mlflow", "--track mlflow", "track")
 
     def on_start(self, trainer, step: int) -> None:
         out = Path(trainer.out)
@@ -123,4 +107,4 @@ class MlflowTracker(Callback):
 
 def trackers(text: str) -> list[Callback]:
     """The callbacks ``--track text`` asks for (refused, naming the extra, when its package is missing)."""
-    return [{"tensorboard": TensorBoardTracker, "mlflow": MlflowTracker}[name]() for name in parse_track(text)]
+    return [{"tensorboard": TensorBoardTracker, "mlflow": MlflowTracker}[name]() for name in tracker_names(text)]

@@ -121,11 +121,10 @@ def run_sweep(specs: Sequence[RunSpec], out: Path, launch: Launch | None = None,
                 for handle in launcher.wait(running, POLL_SECONDS):
                     running.remove(handle)
                     name = handle.spec.name
-                    seconds = time.time() - (state.runs[name]["started"] or time.time())
                     if handle.exit_code == 0:
-                        durations.append(seconds)
-                        state.set(name, "done", exit_code=0, log_tail="")
-                        _progress(state, name, f"done in {seconds:.0f} s", durations, launcher, len(pending))
+                        state.set(name, "done", exit_code=0, log_tail="")  # it times the run
+                        durations.append(state.runs[name]["seconds"])
+                        _progress(state, name, f"done in {durations[-1]:.0f} s", durations, launcher, len(pending))
                     elif handle.exit_code in PREEMPTED_EXITS and requeues.get(name, 0) < MAX_REQUEUES:
                         requeues[name] = requeues.get(name, 0) + 1
                         state.runs[name]["preemptions"] += 1

@@ -27,11 +27,12 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import check_positive, unknown_name
+from core.errors import check_positive, import_extra, unknown_name
 from tasks.engine.budget import parse_budget
 from tasks.engine.config import config_from_dict
 from tasks.engine.registry import task_class
@@ -43,6 +44,7 @@ from tasks.sweeps.process import (
     Job,
     SubmititRun,
     pack_folder,
+    resumable,
     run_anywhere,
     signal_run,
     start_process,
@@ -57,8 +59,7 @@ def run_in_process(spec: RunSpec, folder: Path) -> int:
     """Train the run in this process (the serial launcher); a stop signal propagates as
     :class:`~tasks.engine.trainer.PreemptedError` (the whole sweep stops), other errors are the run's failure."""
     cls = task_class(spec.task)
-    resume = (folder / "checkpoints" / "last.pt").is_file()
-    config = config_from_dict(cls.config_class, {**spec.config, "out": str(folder), "resume": resume})
+    config = config_from_dict(cls.config_class, {**spec.config, "out": str(folder), "resume": resumable(folder)})
     train(cls, config, parse_budget(spec.budget) if spec.budget else None)
     return 0
 
@@ -105,6 +106,17 @@ class Launcher:
         pass
 
 
+def _first_ended(running: list[Handle], ended: Callable[[Handle], bool], timeout: float,
+                 interval: float) -> list[Handle]:
+    """The handles that ``ended`` says have ended, polled every ``interval`` s until there is one or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = [h for h in running if ended(h)]
+        if done or time.monotonic() >= deadline:
+            return done
+        time.sleep(interval)
+
+
 class SerialLauncher(Launcher):
     """One run after another, in this process."""
 
@@ -137,12 +149,7 @@ class LocalLauncher(Launcher):
         handle.ref = start_process(handle.job)
 
     def wait(self, running: list[Handle], timeout: float) -> list[Handle]:
-        deadline = time.monotonic() + timeout
-        while True:
-            ended = [h for h in running if h.ref.poll() is not None]
-            if ended or time.monotonic() >= deadline:
-                break
-            time.sleep(0.2)
+        ended = _first_ended(running, lambda h: h.ref.poll() is not None, timeout, 0.2)
         for handle in ended:
             handle.exit_code = handle.ref.returncode
             Path(handle.job.folder, PID_FILE).unlink(missing_ok=True)
@@ -187,11 +194,7 @@ def parse_resources(text: str | dict | None) -> dict[str, float]:
 
 def _import_extra(launcher: str):
     module, extra = EXTRAS[launcher]
-    try:
-        return __import__(module)
-    except ImportError:
-        raise ValueError(f"--launcher {launcher} needs {module}: pip install -e '.[{extra}]' (or pip install "
-                         f"{module})") from None
+    return import_extra(module, f"--launcher {launcher}", extra)
 
 
 class RayLauncher(Launcher):
@@ -292,12 +295,7 @@ class SubmititLauncher(Launcher):
         handle.ref = self.executor.submit(SubmititRun(handle.job))
 
     def wait(self, running: list[Handle], timeout: float) -> list[Handle]:
-        deadline = time.monotonic() + timeout
-        while True:
-            ended = [h for h in running if h.ref.done()]
-            if ended or time.monotonic() >= deadline:
-                break
-            time.sleep(0.5)
+        ended = _first_ended(running, lambda h: h.ref.done(), timeout, 0.5)
         for handle in ended:
             try:
                 handle.exit_code = handle.ref.result()
@@ -349,21 +347,17 @@ class Launch:
             raise ValueError(f"--retry must be a whole number 0 or more, got {self.retry!r}")
 
     def make(self, out: Path) -> Launcher:
-        return make_launcher(self.launcher, self.jobs, self.resources, out, self.slurm, self.cluster)
+        """The launcher these options describe (checked when they were given); submitit keeps its files in
+        ``out/.submitit``.
 
-
-def make_launcher(name: str, jobs: int = 1, resources: str | dict | None = None, out: Path | None = None,
-                  slurm: dict[str, Any] | None = None, cluster: str | None = None) -> Launcher:
-    """The launcher ``name`` (one of :data:`LAUNCHERS`) with ``jobs`` runs at once.
-
-    Raises:
-        ValueError: an unknown launcher, options it does not take, or a missing extra (naming what to install).
-    """
-    check_options(name, jobs, resources, slurm)
-    if name == "serial":
-        return SerialLauncher()
-    if name == "local":
-        return LocalLauncher(jobs)
-    if name == "ray":
-        return RayLauncher(jobs, parse_resources(resources))
-    return SubmititLauncher(jobs, parse_resources(resources), (out or Path("runs")) / ".submitit", cluster, slurm)
+        Raises:
+            ValueError: the launcher's extra is not installed (naming what to install).
+        """
+        if self.launcher == "serial":
+            return SerialLauncher()
+        if self.launcher == "local":
+            return LocalLauncher(self.jobs)
+        resources = parse_resources(self.resources)
+        if self.launcher == "ray":
+            return RayLauncher(self.jobs, resources)
+        return SubmititLauncher(self.jobs, resources, Path(out) / ".submitit", self.cluster, self.slurm)

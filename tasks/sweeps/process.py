@@ -7,7 +7,6 @@ only starts a run's process does not pay for importing torch itself: the run's o
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import os
 import signal
@@ -16,12 +15,17 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 LOG_FILE = "train.log"  # each run's output, in its folder
 PID_FILE = "worker.pid"  # the pid of a run's `zoo train` process while it runs (send it SIGTERM to pre-empt it)
+
+
+def resumable(folder: Path) -> bool:
+    """Whether the run folder holds a checkpoint to resume from (the trainer's ``checkpoints/last.pt``)."""
+    return (Path(folder) / "checkpoints" / "last.pt").is_file()
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Job:
             command += ["--num-threads", str(self.threads)]
         if self.budget:
             command += ["--budget", self.budget]
-        if (folder / "checkpoints" / "last.pt").is_file():
+        if resumable(folder):
             command.append("--resume")
         return command
 
@@ -107,7 +111,7 @@ def run_anywhere(job: Job, packed: bytes) -> tuple[int, bytes | None]:
     with tempfile.TemporaryDirectory(prefix="zoo-run-") as tmp:
         local = Path(tmp) / Path(job.folder).name
         unpack_folder(packed, local)
-        code = run_process(dataclasses.replace(job, folder=str(local)))
+        code = run_process(replace(job, folder=str(local)))
         return code, pack_folder(local)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from core.atomic import write_json_atomic
 from tasks.sweeps.plan import RunSpec, config_hash
-from tasks.sweeps.process import LOG_FILE
+from tasks.sweeps.process import LOG_FILE, resumable
 
 SWEEP_FILE = "sweep.json"
 SWEEP_FORMAT = 1
@@ -45,7 +45,7 @@ def folder_state(spec: RunSpec, folder: Path) -> str:
                              f"{spec.key}); move it away or give the sweep another --out")
     if (folder / "metrics.json").is_file() and (folder / "run.json").is_file():
         return "done"
-    if (folder / "checkpoints" / "last.pt").is_file():
+    if resumable(folder):
         return "partial"
     return "new"
 
