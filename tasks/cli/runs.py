@@ -3,6 +3,11 @@
 ``zoo predict`` hands over to the run's task (``tasks.<task>.predict.predict``), which reads the inputs,
 converts them exactly as the training data was, and writes the outputs; the options that only one task
 understands are refused for the others.
+
+``zoo predict`` and ``zoo evaluate`` also take a cross-validation folder (``zoo cv``'s ``OUT``): its folds' runs
+predict as one ensemble (:mod:`tasks.runs.ensemble`) where the task supports it (medseg). The inference options
+(``--tta``, ``--mirror-axes``, ``--overlap``, ``--sw-mode``, ``--sw-batch-size``) replace the run's own settings of
+those names for this call, and are refused for a task whose config has no such field.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from tasks.engine.registry import TASKS, task_class
 
 # the options of `zoo predict` that a task may take (Task.predict_options), besides the shared --out, --device,
 # --checkpoint and --batch-size
-PREDICT_OPTIONS = ("beam_size", "temperature", "top_k", "top_p", "attention", "labels")
+PREDICT_OPTIONS = ("beam_size", "temperature", "top_k", "top_p", "attention", "labels", "save_probabilities")
+# config fields a call of `zoo predict` / `zoo evaluate` may set for itself (how the model is applied, not trained)
+INFERENCE_OPTIONS = ("tta", "mirror_axes", "overlap", "sw_mode", "sw_batch_size")
 
 
 def _load(args: argparse.Namespace):
@@ -31,14 +38,44 @@ def _load(args: argparse.Namespace):
     return run
 
 
+def _load_members(args: argparse.Namespace) -> list:
+    """The run of ``args`` as a one-member list, or every fold's run of a cross-validation folder; each with the
+    call's inference options applied to its config."""
+    import dataclasses
+
+    import torch
+
+    from tasks.runs.ensemble import fold_count, load_members
+
+    members = load_members(args.run, args.checkpoint, args.device, args.task) \
+        if fold_count(args.run) is not None else [_load(args)]
+    if len(members) > 1:
+        task = members[0].task
+        if "members" not in task.predict_options:
+            raise ValueError(f"{args.run} is a cross-validation folder; ensembles of {task.name} runs are not "
+                             "supported: give one fold's run (fold_k/)")
+        if members[0].config.num_threads:
+            torch.set_num_threads(members[0].config.num_threads)
+    overrides = {name: getattr(args, name) for name in INFERENCE_OPTIONS if getattr(args, name, None) is not None}
+    for run in members:
+        fields = {f.name for f in dataclasses.fields(run.task.config)}
+        unknown = [name for name in overrides if name not in fields]
+        if unknown:
+            flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
+            raise ValueError(f"{flags}: not an option of {run.task.name} runs (they apply to medseg runs)")
+        run.task.config = dataclasses.replace(run.task.config, **overrides)  # validated by the config
+    return members
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tasks.runs.evaluate import evaluate_run
     from tasks.runs.report import summary_lines
 
     if args.pred is not None or args.labels is not None or (args.run in TASKS and not Path(args.run).is_dir()):
         return _evaluate_folders(args)
-    run = _load(args)
-    metrics, out = evaluate_run(run, args.data, args.split, args.out)
+    members = _load_members(args)
+    run = members[0]
+    metrics, out = evaluate_run(run, args.data, args.split, args.out, members=members)
     lines = summary_lines({"task": run.task.name, "variant": run.variant, "epochs": 0, "train_seconds": 0,
                            "parameters": sum(p.numel() for p in run.model.parameters()),
                            "main_metric": run.task.main_metric, "best_valid": float("nan"), "final": metrics})
@@ -58,8 +95,9 @@ def _evaluate_folders(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    run = _load(args)
-    options = {}
+    members = _load_members(args)
+    run = members[0]
+    options = {"members": members} if len(members) > 1 else {}
     for name in PREDICT_OPTIONS:
         value = getattr(args, name)
         if value is None:
@@ -87,8 +125,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inference_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tta", default=None, choices=("none", "mirror"), help="medseg: test-time augmentation; mirror "
+                   "averages the probabilities over every flip along --mirror-axes (default: the run's setting)")
+    p.add_argument("--mirror-axes", default=None, metavar="AXES", help="medseg: spatial axes to flip, e.g. 0,1 "
+                   "(0 D, 1 H, 2 W; default: every axis but the left-right one)")
+    p.add_argument("--overlap", type=float, default=None, help="medseg 3D: sliding-window overlap in [0, 1)")
+    p.add_argument("--sw-mode", default=None, choices=("gaussian", "constant"), help="medseg 3D: window weighting")
+    p.add_argument("--sw-batch-size", type=int, default=None, help="medseg 3D: windows per forward pass (memory)")
+
+
 def _run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="a run folder written by `zoo train` (its --out) or `zoo export`")
+    p.add_argument("run", help="a run folder written by `zoo train` (its --out) or `zoo export`; zoo predict and zoo "
+                   "evaluate also take a `zoo cv` folder (its folds as one ensemble)")
     p.add_argument("--checkpoint", default="best", help="best, last, or the path of a checkpoint (default: best)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--task", default=None, help="refuse a run of any other task (a check for scripts)")
@@ -107,6 +156,7 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset-json", default=None, metavar="FILE", help="medseg: dataset.json naming the classes "
                    "(default: the labels' own, else the label values found)")
     p.add_argument("--chill", action="store_true", help="medseg: allow references that have no prediction")
+    _inference_arguments(p)
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("predict", help="use a finished run on new inputs: sentences, images or volumes")
@@ -122,6 +172,9 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=None, help="translation: sample from the nucleus of mass p")
     p.add_argument("--attention", default=None, metavar="DIR", help="cifar: write attention maps as PNGs to DIR")
     p.add_argument("--labels", default=None, metavar="DIR", help="medseg: label volumes to score the predictions")
+    p.add_argument("--save-probabilities", action="store_true", default=None, help="medseg: also write each case's "
+                   "class probabilities as CASE.npz beside its label map")
+    _inference_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_predict)
 

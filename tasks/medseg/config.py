@@ -15,13 +15,16 @@ from core.errors import check_int, check_number, check_positive, unknown_name
 from tasks.engine.config import TrainConfig
 from tasks.medseg.data import ALL_DATASETS
 from tasks.medseg.metrics import CONVENTIONS
+from tasks.medseg.sliding import check_mode, check_overlap, parse_axes
+
+TTA = ("none", "mirror")
 
 
 @dataclass
 class MedsegConfig(TrainConfig):
     task: str = "medseg"
     variant: str = "missformer"
-    dataset: str = "auto"  # synapse, acdc, decathlon, nnunet, pairs, phantom-nifti, phantom-nnunet; auto: from --data
+    dataset: str = "auto"  # synapse, acdc, decathlon, nnunet, pairs, phantom-nifti, -nnunet, phantom3d; auto: --data
     image_size: int = 96  # slices are zoomed to this square size, a multiple of 32 (the papers use 224)
     epochs: int = 20
     batch_size: int = 16  # slices per micro-batch
@@ -54,6 +57,16 @@ class MedsegConfig(TrainConfig):
     folds: int = 5  # cross-validation folds over the training cases (nnU-Net's split: KFold seed 12345)
     fold: str | None = None  # fold held out, 0 .. folds-1 (zoo cv: all); None: 0 on NIfTI data, else no folds
     splits: str | None = None  # splits_final.json of the folds; None: the data's, the run's, else drawn
+    # 3D variants (`zoo list` shows them: swinunetr3d, unetr, dynunet) train on patches of the cases' grid, sampled
+    # as nnU-Net does, and predict whole cases through MONAI's sliding window (tasks.medseg.patches, .sliding).
+    patch_size: str | None = None  # 3D: D,H,W voxels of a training patch and an inference window; None: sized for a CPU
+    patches_per_case: int = 4  # 3D: patches drawn from each training case per epoch
+    foreground: float = 0.33  # 3D: share of patches centred on a labelled voxel (nnU-Net's oversampling, 0.33)
+    overlap: float = 0.5  # 3D sliding window: the share of a window the next one covers again, in [0, 1)
+    sw_mode: str = "gaussian"  # 3D sliding window: gaussian (a window's borders count less) or constant weighting
+    sw_batch_size: int = 2  # 3D sliding window: windows per forward pass (inference memory grows with it)
+    tta: str = "none"  # test-time augmentation of the final evaluation and zoo predict: none or mirror (2^n flips)
+    mirror_axes: str | None = None  # --tta mirror: spatial axes flipped (0 D, 1 H, 2 W); None: all but left-right
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,6 +87,18 @@ class MedsegConfig(TrainConfig):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
+        if isinstance(self.patch_size, tuple | list):
+            self.patch_size = ",".join(str(v) for v in self.patch_size)
+        if isinstance(self.mirror_axes, tuple | list):
+            self.mirror_axes = ",".join(str(v) for v in self.mirror_axes)
+        _ = (self.patch, self.axes)
+        check_positive("patches_per_case", self.patches_per_case)
+        check_positive("sw_batch_size", self.sw_batch_size)
+        check_number("foreground", self.foreground, 0, 1)
+        check_overlap(self.overlap)
+        check_mode(self.sw_mode)
+        if self.tta not in TTA:
+            raise unknown_name("test-time augmentation (--tta)", self.tta, TTA)
         if self.hd95 not in CONVENTIONS:
             raise unknown_name("hd95 convention", self.hd95, CONVENTIONS)
         for name in ("image_size", "eval_batch_size"):
@@ -105,6 +130,22 @@ class MedsegConfig(TrainConfig):
             raise ValueError(f"spacing must be three positive numbers R,A,S in mm, e.g. 0.8,0.8,3, got "
                              f"{self.spacing!r}")
         return values[0], values[1], values[2]
+
+    @property
+    def patch(self) -> tuple[int, int, int] | None:
+        """``patch_size`` as (D, H, W) voxels, or None (sized from the data)."""
+        if self.patch_size is None:
+            return None
+        values = _numbers(self.patch_size)
+        if values is None or len(values) != 3 or any(v < 1 or v != int(v) for v in values):
+            raise ValueError(f"patch_size must be three positive integers D,H,W in voxels, e.g. 32,64,64, got "
+                             f"{self.patch_size!r}")
+        return int(values[0]), int(values[1]), int(values[2])
+
+    @property
+    def axes(self) -> tuple[int, ...] | None:
+        """``mirror_axes`` as spatial axes, or None (every axis but the left-right one)."""
+        return parse_axes(self.mirror_axes)
 
     @property
     def window(self) -> tuple[float, float] | None:

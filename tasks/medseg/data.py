@@ -8,7 +8,8 @@ A folder in one of the NIfTI layouts (Decathlon task, nnU-Net v2 raw, or ``image
 :mod:`tasks.medseg.nifti_layout`) is read by :func:`tasks.medseg.nifti_data.load_nifti_dataset`: reoriented to
 RAS, resampled to one spacing, normalised by modality, and handed over as the same volumes, sliced across the
 axis of the largest spacing; :attr:`SegData.nifti` keeps what maps a prediction back to each file's grid.
-``dataset="phantom-nifti"`` (or ``"phantom-nnunet"``) writes the phantom as such a folder first.
+``dataset="phantom-nifti"`` (or ``"phantom-nnunet"``) writes the phantom as such a folder first; ``"phantom3d"`` its
+3D form, a Decathlon folder of smaller cases (:data:`PHANTOM_3D`) for 3D models on a CPU.
 
 Synapse multi-organ CT as preprocessed by TransUNet (also used by Swin-Unet and MISSFormer)::
 
@@ -73,7 +74,9 @@ log = logging.getLogger(__name__)
 
 DATASETS = ("synapse", "acdc")  # the slice/volume layouts read here
 NIFTI_DATASETS = ("decathlon", "nnunet", "pairs")  # the NIfTI layouts of tasks.medseg.nifti_layout
-PHANTOM_NIFTI = {"phantom-nifti": "decathlon", "phantom-nnunet": "nnunet"}  # the phantom written as a NIfTI folder
+# the phantom written as a NIfTI folder; phantom3d: its 3D form, smaller cases that 3D models train on with a CPU
+PHANTOM_NIFTI = {"phantom-nifti": "decathlon", "phantom-nnunet": "nnunet", "phantom3d": "decathlon"}
+PHANTOM_3D = {"slices": 32, "size": (64, 80)}  # 32 slices of 2.5 mm, 64-80 rows and columns of 0.7-0.9 mm
 ALL_DATASETS = (*DATASETS, *NIFTI_DATASETS, *PHANTOM_NIFTI)
 ACDC_CLASSES = ["background", "RV", "Myo", "LV"]
 
@@ -121,8 +124,9 @@ def load_medseg(data: str | Path | None, dataset: str = "auto", seed: int = 0, *
                              f"(or pass --data {data} alone to read a folder)")
         from tasks.medseg.phantom_nifti import default_phantom_nifti_dir, write_phantom_nifti
 
-        layout = PHANTOM_NIFTI[dataset]
-        return load_nifti(write_phantom_nifti(default_phantom_nifti_dir(layout, seed), layout, seed), layout, **nifti)
+        layout, sizes = PHANTOM_NIFTI[dataset], PHANTOM_3D if dataset == "phantom3d" else {}
+        folder = default_phantom_nifti_dir(layout, seed, form="3d" if sizes else "")
+        return load_nifti(write_phantom_nifti(folder, layout, seed, **sizes), layout, **nifti)
     if data is None:
         if dataset != "auto" and dataset != "synapse":
             raise ValueError(f"the embedded phantom is in the Synapse layout; pass a {dataset} folder as --data, or "

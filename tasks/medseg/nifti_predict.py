@@ -36,11 +36,16 @@ _CHANNEL_FILE = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")
 
 
 def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path | bool | None = None,
-                  progress: bool = True, batch_size: int | None = None) -> str:
-    """Predict every case of ``files`` (NIfTI) into ``out``; returns a one-line summary (see the module docstring)."""
+                  progress: bool = True, batch_size: int | None = None, save_probabilities: bool = False,
+                  members: Sequence[Run] | None = None) -> str:
+    """Predict every case of ``files`` (NIfTI) into ``out``; returns a one-line summary (see the module docstring).
+
+    ``members`` and ``save_probabilities``: an ensemble and ``CASE.npz`` files as :func:`tasks.medseg.predict.predict`
+    describes them (probabilities on the run's canonical grid)."""
     from tasks.medseg.nifti_data import Preprocessing, preprocess_case
     from tasks.medseg.nifti_geometry import to_original, write_label_nifti
     from tasks.medseg.nifti_scoring import OriginalGeometryScores
+    from tasks.medseg.predict import predict_case
 
     task, info = run.task, run.preprocessing["nifti"]
     prep = Preprocessing.from_dict(info["preprocessing"])
@@ -61,8 +66,11 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
         image = loaded.image[0] if loaded.image.shape[0] == 1 else loaded.image  # (D, H, W) or (C, D, H, W)
         label = loaded.label if loaded.label is not None else np.zeros(image.shape[-3:], np.uint8)  # unused zeros
         volume = Volume(case, image, label, loaded.spacing)
+        model = [m.model for m in members] if members and len(members) > 1 else run.model
         with run.context():  # the precision the run trained in
-            pred = task.predict_volume(run.model, volume, batch_size)  # (D, H, W) canonical
+            pred = predict_case(task, model, volume, batch_size, out / f"{case}.npz" if save_probabilities else None,
+                                "the run's canonical grid: RAS, resampled to its spacing, sliced as it was trained "
+                                "(preprocessing.nifti in its run.json)")  # (D, H, W) canonical
         if scores is None:
             write_label_nifti(out / f"{case}{ending}", to_original(pred, loaded.geometry), loaded.geometry)
             continue

@@ -42,10 +42,11 @@ MANIFEST = "phantom.json"
 _PHANTOM_AXES = ("S", "P", "L")  # the generator's (D, H, W): slices bottom-up, rows front to back, columns to the left
 
 
-def default_phantom_nifti_dir(layout: str = "decathlon", seed: int = 0) -> Path:
-    """``$ZOO_CACHE/medseg-phantom-nifti-v<version>-<layout>-seed<seed>`` (default ``~/.cache/transformer-zoo``)."""
+def default_phantom_nifti_dir(layout: str = "decathlon", seed: int = 0, form: str = "") -> Path:
+    """``$ZOO_CACHE/medseg-phantom-nifti-v<version>-<layout>[-<form>]-seed<seed>`` (default
+    ``~/.cache/transformer-zoo``); ``form`` names other sizes (``"3d"``: the 3D form's smaller cases)."""
     cache = default_phantom_dir(seed).parent  # the Synapse-layout phantom's cache folder
-    return cache / f"medseg-phantom-nifti-v{PHANTOM_NIFTI_VERSION}-{layout}-seed{seed}"
+    return cache / f"medseg-phantom-nifti-v{PHANTOM_NIFTI_VERSION}-{layout}{'-' + form if form else ''}-seed{seed}"
 
 
 def phantom_nifti_case(

@@ -16,6 +16,15 @@ With ``labels`` (a folder holding a label file named like each input, a single l
 or ``True`` when the inputs hold their labels), every case also gets Dice and HD95 per organ in both
 conventions, written as ``OUT/predictions/predict.jsonl`` records (the evaluation's format) with
 ``OUT/metrics.json``.
+
+Ensembles and mirroring: ``members`` (the runs of a ``zoo cv`` folder, :mod:`tasks.runs.ensemble`) predict with the
+mean of their softmax probabilities; the run's ``tta`` setting (``--tta mirror``) averages each over the flips along
+its mirror axes (:meth:`MedsegTask.mirror_axes`).
+
+``save_probabilities`` writes ``OUT/CASE.npz`` beside each label map (:func:`save_probabilities`): ``probabilities``
+float16 ``(K, D, H, W)``, the class probabilities whose arg-max is the label map, on the input's own array grid (for
+NIfTI inputs: the run's canonical grid, RAS-reoriented and resampled to its spacing, before the label map is mapped
+back onto the input's grid), with ``class_names``, ``spacing`` and a ``grid`` note.
 """
 
 from __future__ import annotations
@@ -48,7 +57,8 @@ SPLIT = "predict"  # the records' split name: OUT/predictions/predict.jsonl
 
 
 def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = None, progress: bool = True,
-            batch_size: int | None = None, labels: str | Path | bool | None = None) -> str:
+            batch_size: int | None = None, labels: str | Path | bool | None = None, save_probabilities: bool = False,
+            members: Sequence[Run] | None = None) -> str:
     """Write the predicted label volume of each input under ``out`` (default ``predictions/``); returns a
     one-line summary (with the mean Dice when ``labels`` are given).
 
@@ -59,6 +69,8 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
         progress: a progress bar over the volumes.
         batch_size: slices per forward pass (default: the run's ``eval_batch_size``).
         labels: reference label volumes to score the predictions with (see the module docstring).
+        save_probabilities: also write each case's class probabilities (see the module docstring).
+        members: the runs of an ensemble (``run`` among them) whose probabilities are averaged.
     """
     task = run.task
     if task.name != "medseg":
@@ -77,7 +89,7 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
                              "as run.json records); give it .nii or .nii.gz files")
         from tasks.medseg.nifti_predict import predict_nifti
 
-        return predict_nifti(run, files, out, labels, progress, batch_size)
+        return predict_nifti(run, files, out, labels, progress, batch_size, save_probabilities, members)
     if nifti:
         raise ValueError(f"{nifti[0]} is NIfTI, but {run.path} was trained on {run.preprocessing.get('dataset')} "
                          "volumes as their files store them, with no NIfTI preprocessing (orientation, spacing, "
@@ -98,7 +110,9 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
         volume = Volume(image.case, image.array, label.array if label else np.zeros(image.array.shape, np.uint8),
                         image.spacing or (label.spacing if label else None))  # without labels, unused zeros
         with run.context():  # the precision the run trained in
-            pred = task.predict_volume(run.model, volume, batch_size)  # (D, H, W) uint8
+            pred = predict_case(task, _models(run, members), volume, batch_size,
+                                out / f"{image.case}.npz" if save_probabilities else None,
+                                "the input file's own array grid")  # (D, H, W) uint8
         write_label(out / file.name, pred, image)
         if label is not None:
             records.append(task.case_record(volume, pred))
@@ -114,6 +128,42 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
     return (f"{wrote}; mean Dice {_number(metrics['dice'], 4)}, HD95 {_number(metrics['hd95'], 2)} "
             f"({task.config.hd95} convention) over {len(records)} case{'s' * (len(records) != 1)}; per-case records "
             f"in {path}")
+
+
+def _models(run: Run, members: Sequence[Run] | None):
+    """The model, or the members' models (an ensemble)."""
+    return [m.model for m in members] if members and len(members) > 1 else run.model
+
+
+def predict_case(task, model, volume: Volume, batch_size: int | None, probabilities: Path | None,
+                 grid: str) -> np.ndarray:
+    """The label map of ``volume`` (ensembled and mirrored as the task's config says); with ``probabilities``,
+    its class probabilities are written there too (:func:`save_probabilities`, on ``grid``).
+
+    Shape:
+        -> (D, H, W) uint8 on the volume's grid.
+    """
+    mirror = task.config.tta == "mirror"
+    if probabilities is None:
+        return task.predict_volume(model, volume, batch_size, mirror)
+    probs = task.predict_probabilities(model, volume, batch_size, mirror)  # (K, ...) on the model's grid
+    save_probabilities(probabilities, task.probabilities_on_volume(probs, volume), task.class_names, volume.spacing,
+                       grid)
+    return task.labels_of(probs, volume)
+
+
+def save_probabilities(path: Path, probabilities: np.ndarray, class_names: Sequence[str],
+                       spacing: Sequence[float] | None, grid: str) -> Path:
+    """Write ``CASE.npz``: ``probabilities`` float16 (K, D, H, W), ``class_names``, ``spacing`` (z, y, x mm, NaN
+    when unknown) and ``grid`` (what the axes are). Written whole or not at all."""
+    from core.atomic import atomic_open
+
+    arrays = {"probabilities": probabilities.astype(np.float16), "class_names": np.asarray(class_names),
+              "spacing": np.asarray(spacing if spacing is not None else (np.nan,) * 3, np.float64),
+              "grid": np.asarray(grid)}
+    with atomic_open(path, binary=True) as handle:
+        np.savez_compressed(handle, **arrays)
+    return path
 
 
 def _label_files(files: list[Path], labels: str | Path | bool | None) -> list[Path | None]:

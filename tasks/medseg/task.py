@@ -6,7 +6,8 @@ NIfTI as users hold it: a Medical Segmentation Decathlon task folder, an nnU-Net
 ``labels/`` (see :mod:`tasks.medseg.nifti_layout`). NIfTI cases are reoriented to RAS, resampled to one spacing
 (``--spacing``, default the training cases' median), normalised by modality (``--ct-window`` for CT, a z-score
 otherwise) and sliced across the axis of the largest spacing; their C channels are the model's input channels.
-``--dataset phantom-nifti`` (or ``phantom-nnunet``) writes the phantom as such a folder.
+``--dataset phantom-nifti`` (or ``phantom-nnunet``) writes the phantom as such a folder; ``--dataset phantom3d`` its 3D
+form, smaller cases for 3D models (``--variant dynunet``, ``swinunetr3d``, ``unetr``: patches and a sliding window).
 
 Cross-validation (NIfTI data always, other data with ``--fold``): the training cases are split into ``--folds``
 folds as nnU-Net draws them (or as ``splits_final.json`` in the data folder, the run folder or ``--splits`` says),
@@ -79,7 +80,7 @@ class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
     delta_shape = TaskShape("medseg", "cpu", {"batch": 1, "image_size": 96, "in_channels": 1, "num_classes": 9},
                             ("image_size",), "one 96×96 single-channel slice (the embedded phantom)", tokens_per_grow=2,
                             config_keys=("image_size", "in_channels", "num_classes"))
-    predict_options = ("labels",)
+    predict_options = ("labels", "save_probabilities", "members")  # members: a zoo cv folder's runs, ensembled
     # The state the mixins share: these are set by setup (load_data, then prepare_training unless restored), the
     # rest start in __init__; restore() sets class_names, dataset_name, in_channels and nifti_info from run.json.
     data: SegData  # the data read by load_data
@@ -110,6 +111,8 @@ class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
         self.nifti_info: dict[str, Any] | None = None  # a NIfTI run's layout, channels and preprocessing (run.json)
         self.split_info: dict[str, Any] | None = None  # the fold used: folds, fold, origin, valid cases
         self.folds: list[dict[str, list[str]]] | None = None  # every fold, written to the run's splits_final.json
+        self.patch_size: tuple[int, int, int] | None = None  # a 3D model's patch (D, H, W), from the data or the run
+        self.voxel_spacing: tuple[float, float, float] | None = None  # the training cases' median (z, y, x) mm
 
     @property
     def num_classes(self) -> int:

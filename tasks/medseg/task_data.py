@@ -103,6 +103,21 @@ class MedsegData:
         train, valid, test = self._split(self.data)
         self.volumes = {"train": train, "valid": valid, "test": test}
         self._zoomed_valid = {}
+        if self.spatial_dims == 3 and self.restored is None:
+            self._plan_patches(self.data.train)
+
+    def _plan_patches(self, train: list[Volume]) -> None:
+        """A 3D model's patch (``--patch-size``, else sized for a CPU from the training cases) and voxel spacing,
+        planned once from every training case of the data, as nnU-Net plans, so that the folds of a
+        cross-validation agree (their ensemble needs it)."""
+        from tasks.medseg.patches import check_patch, default_patch
+
+        shapes = [v.shape for v in train]
+        self.patch_size = self.config.patch or default_patch(shapes)
+        check_patch(self.patch_size, shapes)
+        spacings = [v.spacing for v in train if v.spacing is not None]
+        median = np.median(np.asarray(spacings, dtype=float), axis=0) if spacings else np.ones(3)
+        self.voxel_spacing = tuple(round(float(x), 4) for x in median)
 
     def _nifti_options(self) -> dict[str, Any]:
         """The keyword arguments of ``load_nifti_dataset`` (used only for NIfTI folders): the config's, or for a
@@ -197,6 +212,12 @@ class MedsegData:
             rules = [IntensityRule(**r) for r in self.nifti_info["preprocessing"]["rules"]]
             pre.update(intensity="; ".join(r.describe() for r in rules), intensity_range=None, nifti=self.nifti_info,
                        resize=f"{CANONICAL}; then {pre['resize']}")
+        if self.spatial_dims == 3:
+            pre.update(spatial_dims=3, patch_size=list(self.patch_size), voxel_spacing=list(self.voxel_spacing),
+                       resize="none: the model sees patches of each case's own grid; whole cases are predicted "
+                              "through MONAI's sliding window of the patch size")
+            if self.nifti_info is not None:
+                pre["resize"] = f"{CANONICAL}; then {pre['resize']}"
         if self.split_info is not None:
             pre["split"] = {k: v for k, v in self.split_info.items() if k != "test_is_valid"}
         return pre
@@ -213,3 +234,6 @@ class MedsegData:
         self.class_names, self.dataset_name = list(preprocessing["class_names"]), preprocessing["dataset"]
         self.in_channels = int(preprocessing.get("in_channels", 1))
         self.nifti_info = preprocessing.get("nifti")
+        if preprocessing.get("spatial_dims") == 3:
+            self.patch_size = tuple(preprocessing["patch_size"])
+            self.voxel_spacing = tuple(preprocessing["voxel_spacing"])

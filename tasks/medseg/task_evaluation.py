@@ -47,14 +47,23 @@ class MedsegEvaluation:
         return slices
 
     @torch.no_grad()
-    def predict_volume(self, model: nn.Module, volume: Volume, batch_size: int | None = None) -> np.ndarray:
-        """Label volume predicted slice by slice, zoomed back to the slice size with order 0 (the papers' way).
+    def predict_volume(self, model: nn.Module | Sequence[nn.Module], volume: Volume, batch_size: int | None = None,
+                       mirror: bool = False) -> np.ndarray:
+        """Label volume of ``volume``: a 2D model's predicted slice by slice and its arg-max zoomed back to the slice
+        size with order 0 (the papers' way); a 3D model's through MONAI's sliding window on the case's grid.
 
-        ``batch_size`` slices go through the model at once (default: ``eval_batch_size``).
+        ``model`` may be a list (an ensemble: the mean of their probabilities); ``mirror`` averages over flips
+        along the mirror axes (see :meth:`predict_probabilities`). ``batch_size`` slices go through a 2D model at
+        once (default: ``eval_batch_size``).
 
         Shape:
             image (D, H, W) or (C, D, H, W) -> labels (D, H, W) uint8.
         """
+        if self.spatial_dims == 2 and isinstance(model, nn.Module) and not mirror:  # the papers' path, unchanged
+            return self._slice_labels(model, volume, batch_size)
+        return self.labels_of(self.predict_probabilities(model, volume, batch_size, mirror), volume)
+
+    def _slice_labels(self, model: nn.Module, volume: Volume, batch_size: int | None) -> np.ndarray:
         size, (d, h, w) = self.config.image_size, volume.shape
         batch = batch_size or self.config.eval_batch_size
         slices = self.zoomed(volume)  # (D, C, S, S)
@@ -68,6 +77,101 @@ class MedsegEvaluation:
 
             pred = zoom(pred, (1, h / size, w / size), order=0)
         return pred
+
+    @torch.no_grad()
+    def predict_probabilities(self, model: nn.Module | Sequence[nn.Module], volume: Volume,
+                              batch_size: int | None = None, mirror: bool = False) -> Tensor:
+        """Class probabilities of ``volume`` on the model's grid: the slices zoomed to ``image_size`` (2D) or the
+        case's own grid (3D, :func:`~tasks.medseg.sliding.window_logits`). ``model`` a list: the mean of the
+        members' probabilities; ``mirror``: each member's averaged over every flip along :meth:`mirror_axes`.
+
+        Shape:
+            -> (K, D, S, S) for a 2D model, (K, D, H, W) for a 3D one; float32.
+        """
+        from tasks.medseg.sliding import ensemble_probabilities, mirrored_probabilities
+
+        models = list(model) if isinstance(model, list | tuple) else [model]
+        if self.spatial_dims == 3:
+            image = torch.from_numpy(np.asarray(volume.image if volume.image.ndim == 4 else volume.image[None],
+                                                np.float32))  # (C, D, H, W)
+        else:
+            image = self.zoomed(volume).transpose(0, 1)  # (C, D, S, S)
+        axes = self.mirror_axes() if mirror else ()
+        members = [lambda x, m=m: mirrored_probabilities(lambda y: self._softmax(m, y, batch_size), x, axes)
+                   for m in models]
+        return ensemble_probabilities(members, image)
+
+    def _softmax(self, model: nn.Module, image: Tensor, batch_size: int | None) -> Tensor:
+        """Softmax of one model on a model-grid volume. Shape: (C, D, S, S) or (C, D, H, W) -> (K, ...)."""
+        c = self.config
+        if self.spatial_dims == 3:
+            from tasks.medseg.sliding import window_logits
+
+            logits = window_logits(model, image, self.patch_size, c.overlap, c.sw_mode,
+                                   batch_size or c.sw_batch_size, self.device)  # (K, D, H, W)
+            return logits.softmax(0)
+        batch, slices = batch_size or c.eval_batch_size, image.transpose(0, 1)  # (D, C, S, S)
+        out = [model(slices[j : j + batch].to(self.device)).float().softmax(1).cpu()
+               for j in range(0, slices.shape[0], batch)]  # (b, K, S, S) each
+        return torch.cat(out).transpose(0, 1)  # (K, D, S, S)
+
+    def labels_of(self, probabilities: Tensor, volume: Volume) -> np.ndarray:
+        """The arg-max of probabilities on the model's grid, on the volume's grid (2D: zoomed back with order 0).
+
+        Shape:
+            (K, D, S, S) or (K, D, H, W) -> (D, H, W) uint8.
+        """
+        pred = probabilities.argmax(0).to(torch.uint8).numpy()
+        (_, h, w), (_, s_h, s_w) = volume.shape, pred.shape
+        if (h, w) != (s_h, s_w):
+            from scipy.ndimage import zoom
+
+            pred = zoom(pred, (1, h / s_h, w / s_w), order=0)
+        return pred
+
+    def probabilities_on_volume(self, probabilities: Tensor, volume: Volume) -> np.ndarray:
+        """Probabilities on the volume's grid, as ``--save-probabilities`` writes them (a 2D model's zoomed back
+        with order 1, renormalised). Shape: (K, D, S, S) or (K, D, H, W) -> (K, D, H, W) float32."""
+        probs = probabilities.numpy()
+        (_, h, w), (_, _, s_h, s_w) = volume.shape, probs.shape
+        if (h, w) != (s_h, s_w):
+            from scipy.ndimage import zoom
+
+            probs = zoom(probs, (1, 1, h / s_h, w / s_w), order=1)
+            probs = probs / np.clip(probs.sum(0, keepdims=True), 1e-8, None)
+        return probs.astype(np.float32)
+
+    def left_right_axis(self) -> int | None:
+        """The axis of the (D, H, W) grid that runs from left to right: W for the Synapse, ACDC and phantom layouts
+        and for NIfTI cases sliced across S or A (columns run along R), D for NIfTI cases sliced across R."""
+        if self.nifti_info is not None and self.nifti_info.get("slice_axis") == "R":
+            return 0
+        return 2
+
+    def mirror_axes(self) -> tuple[int, ...]:
+        """The axes ``--tta mirror`` flips: ``--mirror-axes``, else every axis but the left-right one (and, for a
+        2D model, not D: it sees every slice alone)."""
+        from tasks.medseg.sliding import default_mirror_axes
+
+        axes = self.config.axes
+        if axes is None:
+            return default_mirror_axes(self.spatial_dims, self.left_right_axis())
+        return tuple(a for a in axes if self.spatial_dims == 3 or a != 0)
+
+    def inference_lines(self, members: int = 1) -> list[str]:
+        """How the cases were predicted, for the report: the sliding window, the ensemble, the mirroring."""
+        c, lines = self.config, []
+        if self.spatial_dims == 3:
+            lines.append(f"- 3D: MONAI's sliding window of {'×'.join(map(str, self.patch_size))} voxels, overlap "
+                         f"{c.overlap}, {c.sw_mode} weighting, {c.sw_batch_size} window(s) per pass")
+        if members > 1:
+            lines.append(f"- ensemble of {members} models: their softmax probabilities averaged")
+        if c.tta == "mirror":
+            axes = self.mirror_axes()
+            lines.append(f"- mirroring: probabilities averaged over {2 ** len(axes)} flips along axes "
+                         f"{', '.join('DHW'[a] for a in axes) or 'none'} (not the left-right axis "
+                         f"{'DHW'[self.left_right_axis()]} unless --mirror-axes says so)")
+        return lines
 
     def case_record(self, volume: Volume, pred: np.ndarray) -> dict[str, Any]:
         """The per-example record of one case (a line of ``predictions/<split>.jsonl``): per organ, (Dice, HD95)
@@ -158,7 +262,7 @@ class MedsegEvaluation:
         nifti_cases = {c.case: c for c in nifti.train + nifti.test} if original is not None else {}
         records, samples = [], []
         for i, volume in enumerate(volumes):
-            pred = self.predict_volume(model, volume)  # (D, H, W), scored and drawn from one prediction
+            pred = self.predict_volume(model, volume, mirror=c.tta == "mirror")  # (D, H, W), scored and drawn
             records.append(self.case_record(volume, pred))
             if original is not None:
                 original.add(nifti_cases[volume.case], pred)
@@ -175,12 +279,16 @@ class MedsegEvaluation:
         if split == "test" and self.split_info is not None and self.split_info["test_is_valid"]:
             title += f" (fold {self.split_info['fold']}'s validation cases: the data has no labelled test split)"
         grid = "the canonical grid (reoriented, resampled)" if original is not None else "each whole 3D volume"
+        how = (f"slices zoomed to {c.image_size}×{c.image_size}. Predicted slice by slice, zoomed back with order 0"
+               if self.spatial_dims == 2 else
+               f"3D patches of {'×'.join(map(str, self.patch_size))} voxels. Predicted through a sliding window")
+        members = len(model) if isinstance(model, list | tuple) else 1
         lines = [f"## {title}", "",
                  f"{data.name} from {data.source}: {len(self.volumes['train'])} training cases "
                  f"({train_slices} slices), {len(self.volumes['valid'])} validation, {len(self.volumes['test'])} "
-                 f"test cases; {self.num_classes} classes; {self.in_channels} channel(s); slices zoomed to "
-                 f"{c.image_size}×{c.image_size}. Predicted slice by slice, zoomed back with order 0, scored per "
+                 f"test cases; {self.num_classes} classes; {self.in_channels} channel(s); {how}, scored per "
                  f"organ on {grid}, averaged over cases per organ, then over organs.", "",
+                 *self.inference_lines(members), "",
                  f"Headline convention: **{c.hd95}** — {CONVENTIONS[c.hd95]}", "",
                  "### Per organ", "", markdown_table(organ_table(head, names)), ""]
         other = "mm" if c.hd95 == "papers" else "papers"

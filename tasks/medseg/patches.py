@@ -1,0 +1,139 @@
+"""3D training patches, as nnU-Net and MONAI's BTCV SwinUNETR sample them: random crops of ``patch`` voxels, a share
+``foreground`` of them centred on a labelled (non-background) voxel, the rest anywhere, then 3D augmentation.
+
+A case smaller than the patch along an axis is padded with zeros (label: background) to the patch size first, as
+nnU-Net does. The foreground and background voxel indices of each case are computed once (MONAI's
+``FgBgToIndicesd``), so that drawing a patch costs a crop and not a scan of the volume. Patch ``i`` of epoch ``e`` is a
+function of (seed, e, i) alone (:meth:`PatchSampler.sample`), so that a resumed run draws the patches an
+uninterrupted one would.
+
+Augmentation (MONAI dictionary transforms, geometry on image and label alike, the label by nearest neighbour):
+rotation about the D axis (in the H × W plane, as the 2D slices are rotated), zoom, intensity shift and scale, and
+a flip along W only when asked for (off by default: W runs from left to right, see :mod:`tasks.medseg.config`).
+
+Shape legend: ``C`` channels, ``D, H, W`` a case's slices, rows and columns; ``P = (pd, ph, pw)`` the patch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """What :class:`PatchSampler` does to a patch after cropping (0 disables a step)."""
+
+    rotate_degrees: float = 15.0  # about the D axis, ± degrees, probability 0.5
+    zoom: float = 0.1  # in [1 − zoom, 1 + zoom], probability 0.5
+    intensity: float = 0.1  # shift and scale by ± intensity, probability 0.5 each
+    flip_prob: float = 0.0  # probability of a flip along W (left–right)
+
+
+class PatchSampler:
+    """Random ``patch``-sized crops of a set of cases, a share ``foreground`` centred on a labelled voxel.
+
+    Args:
+        images: one ``(C, D, H, W)`` float array per case.
+        labels: one ``(D, H, W)`` integer array per case, of the same shape.
+        patch: the patch size ``(pd, ph, pw)``.
+        foreground: the probability that a patch is centred on a foreground voxel (nnU-Net: 0.33). A case
+            without foreground gets centres anywhere.
+        augmentation: the transforms after the crop (``None``: none).
+    """
+
+    def __init__(self, images: Sequence[np.ndarray], labels: Sequence[np.ndarray], patch: Sequence[int],
+                 foreground: float = 0.33, augmentation: Augmentation | None = None) -> None:
+        import monai.transforms as T
+
+        self.patch = tuple(int(p) for p in patch)
+        if len(self.patch) != 3 or min(self.patch) < 1:
+            raise ValueError(f"patch must be three positive sizes (D, H, W), got {patch}")
+        if not 0 <= foreground <= 1:
+            raise ValueError(f"foreground must be a share in [0, 1], got {foreground}")
+        if len(images) != len(labels) or not images:
+            raise ValueError(f"PatchSampler needs one label per image and at least one case, got {len(images)} "
+                             f"images and {len(labels)} labels")
+        pad = T.SpatialPadd(("image", "label"), spatial_size=self.patch)
+        indices = T.FgBgToIndicesd("label", output_shape=None)
+        self.cases = []
+        for image, label in zip(images, labels):
+            if image.ndim != 4 or label.shape != image.shape[1:]:
+                raise ValueError(f"a case must be an image (C, D, H, W) and a label (D, H, W) of its shape, got "
+                                 f"{image.shape} and {label.shape}")
+            case = pad({"image": torch.as_tensor(image, dtype=torch.float32),
+                        "label": torch.as_tensor(label[None], dtype=torch.float32)})
+            self.cases.append(indices(case))
+        self.foreground = float(foreground)
+        # RandCropByPosNegLabeld draws a foreground centre with probability pos / (pos + neg)
+        self.crop = T.RandCropByPosNegLabeld(("image", "label"), "label", self.patch, pos=self.foreground,
+                                             neg=1.0 - self.foreground, num_samples=1,
+                                             fg_indices_key="label_fg_indices", bg_indices_key="label_bg_indices",
+                                             allow_smaller=False)
+        self.augment = _augmentation(augmentation) if augmentation is not None else None
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+    def sample(self, case: int, seed: int) -> tuple[Tensor, Tensor]:
+        """One patch of case ``case``, drawn and augmented from ``seed`` alone.
+
+        Shape:
+            -> image (C, pd, ph, pw) float32, label (1, pd, ph, pw) int64.
+        """
+        self.crop.set_random_state(seed=seed % 2**32)
+        patch = self.crop(self.cases[case])[0]
+        patch = {"image": patch["image"], "label": patch["label"]}
+        if self.augment is not None:
+            self.augment.set_random_state(seed=(seed * 7 + 1) % 2**32)
+            patch = self.augment(patch)
+        return _plain(patch["image"]).float(), _plain(patch["label"]).round().long()
+
+
+def _plain(x) -> Tensor:
+    """A MONAI ``MetaTensor`` (or array) as a plain tensor: its metadata would follow it into the batch."""
+    return x.as_tensor() if hasattr(x, "as_tensor") else torch.as_tensor(x)
+
+
+def _augmentation(a: Augmentation):
+    """MONAI's 3D dictionary transforms for ``a``; labels by nearest neighbour."""
+    import monai.transforms as T
+
+    keys, steps = ("image", "label"), []
+    if a.rotate_degrees:
+        steps.append(T.RandRotated(keys, range_x=np.deg2rad(a.rotate_degrees), prob=0.5, keep_size=True,
+                                   mode=("bilinear", "nearest"), padding_mode="zeros"))
+    if a.zoom:
+        steps.append(T.RandZoomd(keys, prob=0.5, min_zoom=1 - a.zoom, max_zoom=1 + a.zoom, keep_size=True,
+                                 mode=("trilinear", "nearest"), padding_mode="constant"))
+    if a.flip_prob:
+        steps.append(T.RandFlipd(keys, prob=a.flip_prob, spatial_axis=2))
+    if a.intensity:
+        steps.append(T.RandShiftIntensityd("image", offsets=a.intensity, prob=0.5))
+        steps.append(T.RandScaleIntensityd("image", factors=a.intensity, prob=0.5))
+    return T.Compose(steps)
+
+
+def default_patch(shapes: Sequence[Sequence[int]], cap: Sequence[int] = (32, 64, 64),
+                  multiple: int = 16) -> tuple[int, int, int]:
+    """A CPU-sized patch for cases of ``shapes``: per axis the median size, rounded up to ``multiple`` (what the
+    networks' downsampling needs), at most ``cap``."""
+    median = np.median(np.asarray([tuple(s)[-3:] for s in shapes]), axis=0)
+    sizes = [min(int(c), max(multiple, int(np.ceil(m / multiple)) * multiple)) for m, c in zip(median, cap)]
+    return sizes[0], sizes[1], sizes[2]
+
+
+def check_patch(patch: Sequence[int], shapes: Sequence[Sequence[int]]) -> None:
+    """Refuse a patch larger, along an axis, than every case: padded to it, no case would fill any patch."""
+    largest = np.max(np.asarray([tuple(s)[-3:] for s in shapes]), axis=0)
+    for axis, (p, big) in enumerate(zip(patch, largest)):
+        if p > big:
+            fitting = tuple(min(int(q), int(b)) for q, b in zip(patch, largest))
+            raise ValueError(f"--patch-size {','.join(map(str, patch))} is larger than every training case along "
+                             f"axis {axis} ({'DHW'[axis]}: largest {int(big)} voxels after resampling), so every patch "
+                             f"would be partly padding: use at most {','.join(map(str, fitting))} (rounded to what the "
+                             "model divides by)")
