@@ -213,9 +213,12 @@ def write_comparison(comparison: dict[str, Any], out: Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(_plain(comparison), indent=2) + "\n")
     plot_metric_vs_cost(comparison, out / "metric_vs_cost.png")
+    from tasks.engine.registry import task_class
+
     table = main_table(comparison)
+    cost_note = getattr(task_class(comparison["task"]), "cost_note", "")
     lines = [f"# {comparison['title']}", "", comparison["preamble"], "", table, "",
-             *explain_tests(comparison, ("headline",)), COST_LINE, ""]
+             *explain_tests(comparison, ("headline",)), COST_LINE + (f" {cost_note}" if cost_note else ""), ""]
     secondary = [k for k, m in comparison["metrics"].items() if m["role"] == "secondary"]
     if _tested(comparison, [comparison["headline"]]):
         lines += ["## Across seeds", "", seed_table(comparison, [comparison["headline"], *secondary]), ""]

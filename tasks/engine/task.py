@@ -35,6 +35,7 @@ class Task:
     eval_splits: tuple[str, ...] = ("test",)  # splits `zoo evaluate --split` accepts; the default is the first
     preset: str | None = None  # the preset build_model resolved (None: the variant's own default, or a reference model)
     # --variant names that are not zoo variants (e.g. a CNN baseline): name -> builder; no delta analysis
+    cost_note: str = ""  # what "one input" of the comparisons' GFLOPs column is, when the task's models differ in it
     reference_models: dict[str, Callable[..., nn.Module]] = {}
 
     # What the generic commands ask of a task, so that none of them names a task:

@@ -21,6 +21,14 @@ MONAI's Dice + cross-entropy loss with MISSFormer's weights (0.6 Dice, 0.4 CE). 
 the poly decay lr·(1 − t/T)^0.9 the papers use. The augmentation of slice ``i`` in epoch ``e`` is a function of
 (seed, e, i) alone, so resumed and distributed runs see the same images as an uninterrupted one.
 
+3D variants (registered with ``spatial_dims=3``: ``swinunetr3d``, ``unetr``, ``dynunet``) train on patches of the
+cases' own grid instead (:mod:`tasks.medseg.patches`: ``--patch-size``, a ``--foreground`` share of them centred on an
+organ, 3D augmentation, the same loss and schedule) and predict each whole case through MONAI's sliding window
+(:mod:`tasks.medseg.sliding`: ``--overlap``, ``--sw-mode``, ``--sw-batch-size``), in validation, the final evaluation,
+``zoo evaluate`` and ``zoo predict`` alike; the patch and the voxel spacing are planned once from every training case
+and recorded in run.json. ``--tta mirror`` averages the probabilities over flips along the axes that do not swap
+left and right; ``zoo predict`` / ``zoo evaluate`` on a ``zoo cv`` folder average its folds' probabilities.
+
 Evaluation (the papers' protocol): each case is predicted slice by slice at ``image_size``, the arg-max is zoomed
 back to the slice size with order 0, and Dice and HD95 are computed per organ on the whole 3D volume, averaged
 over cases per organ, then over organs. Two HD95 conventions are reported (see :mod:`tasks.medseg.metrics`):
@@ -80,6 +88,8 @@ class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
     delta_shape = TaskShape("medseg", "cpu", {"batch": 1, "image_size": 96, "in_channels": 1, "num_classes": 9},
                             ("image_size",), "one 96×96 single-channel slice (the embedded phantom)", tokens_per_grow=2,
                             config_keys=("image_size", "in_channels", "num_classes"))
+    cost_note = ("Here one input is one slice at --image-size for a 2D model and one patch of --patch-size for a 3D "
+                 "one: a case costs its slices, or its sliding-window windows, times that.")
     predict_options = ("labels", "save_probabilities", "members")  # members: a zoo cv folder's runs, ensembled
     # The state the mixins share: these are set by setup (load_data, then prepare_training unless restored), the
     # rest start in __init__; restore() sets class_names, dataset_name, in_channels and nifti_info from run.json.

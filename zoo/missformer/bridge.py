@@ -15,6 +15,8 @@ The official code hard-codes the 224×224 splits. Here :class:`BridgeLayout` der
 maps it is given, so any input size whose sides are multiples of 32 works; at 224×224 they are the
 official constants. The cuts reproduce the official memory layouts exactly, so weights copy across.
 
+The 3D model fuses its stages' d×h×w maps the same way (every formula below with one more side).
+
 Shape legend: B batch, hᵢ×wᵢ stage i's map, Cᵢ its width, kᵢ = Cᵢ/C₁, T = Σ hᵢ·wᵢ·kᵢ fused tokens,
 Rᵢ reduction ratio, M = Σ (hᵢ/Rᵢ)·(wᵢ/Rᵢ)·kᵢ keys.
 """
@@ -22,46 +24,48 @@ Rᵢ reduction ratio, M = Σ (hᵢ/Rᵢ)·(wᵢ/Rᵢ)·kᵢ keys.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
-from einops import rearrange
 from torch import Tensor, nn
 
 from core.attention import build_kernel
 from core.layers import EncoderLayer, layer_norm
 from core.multihead import MultiHeadAttention
-from zoo.missformer.config import MISSFormerConfig
+from zoo.missformer.config import MISSFormerBase
 from zoo.missformer.ffn import stage_ffn
+from zoo.missformer.maps import as_map, channels_first, convolution, tokens
 
 
 @dataclass(frozen=True)
 class BridgeLayout:
-    """Where each stage's tokens sit in the fused sequence: map sizes ``(hᵢ, wᵢ)`` and groups ``kᵢ = Cᵢ/C₁``."""
+    """Where each stage's tokens sit in the fused sequence: map sizes ``(hᵢ, wᵢ)`` (``(dᵢ, hᵢ, wᵢ)`` in 3D) and groups
+    ``kᵢ = Cᵢ/C₁``."""
 
-    shapes: tuple[tuple[int, int], ...]
+    shapes: tuple[tuple[int, ...], ...]
     groups: tuple[int, ...]
 
     @classmethod
     def of(cls, maps: list[Tensor]) -> BridgeLayout:
         """The layout of channels-last stage maps ``(B, hᵢ, wᵢ, Cᵢ)``."""
         base = maps[0].shape[-1]
-        return cls(tuple(tuple(m.shape[1:3]) for m in maps), tuple(m.shape[-1] // base for m in maps))
+        return cls(tuple(tuple(m.shape[1:-1]) for m in maps), tuple(m.shape[-1] // base for m in maps))
 
     @property
     def lengths(self) -> list[int]:
         """Fused tokens per stage, hᵢ·wᵢ·kᵢ (3136, 1568, 980, 392 for the paper's model at 224×224)."""
-        return [h * w * k for (h, w), k in zip(self.shapes, self.groups)]
+        return [math.prod(sides) * k for sides, k in zip(self.shapes, self.groups)]
 
     def fuse(self, maps: list[Tensor]) -> Tensor:
         """Stage maps -> one sequence; each position's Cᵢ channels become kᵢ consecutive tokens of width C₁."""
-        return torch.cat([rearrange(m, "b h w (k c) -> b (h w k) c", k=k) for m, k in zip(maps, self.groups)],
-                         dim=1)  # (B, T, C₁)
+        return torch.cat([tokens(m).reshape(m.shape[0], -1, m.shape[-1] // k) for m, k in zip(maps, self.groups)],
+                         dim=1)  # (B, T, C₁): b h w (k c) -> b (h w k) c
 
     def split(self, x: Tensor) -> list[Tensor]:
         """The inverse of :meth:`fuse`: ``(B, T, C₁)`` -> the stage maps ``(B, hᵢ, wᵢ, Cᵢ)``."""
-        return [rearrange(part, "b (h w k) c -> b h w (k c)", h=h, w=w, k=k)
-                for part, (h, w), k in zip(x.split(self.lengths, dim=1), self.shapes, self.groups)]
+        return [as_map(part.reshape(part.shape[0], -1, k * part.shape[-1]), sides)  # b (h w k) c -> b h w (k c)
+                for part, sides, k in zip(x.split(self.lengths, dim=1), self.shapes, self.groups)]
 
 
 class BridgeAttention(nn.Module):
@@ -75,25 +79,27 @@ class BridgeAttention(nn.Module):
     Shape: ``forward(x, layout)``: ``(B, T, C₁) -> (B, T, C₁)``.
     """
 
-    def __init__(self, widths: tuple[int, ...], ratios: tuple[int, ...], heads: int, config: MISSFormerConfig,
+    def __init__(self, widths: tuple[int, ...], ratios: tuple[int, ...], heads: int, config: MISSFormerBase,
                  reduce: bool = True) -> None:
         super().__init__()
         self.attention = MultiHeadAttention(widths[0], heads, build_kernel(config.kernel, config.attention_dropout))
         self.ratios = tuple(r if reduce else 1 for r in ratios)
-        self.reductions = nn.ModuleList(nn.Conv2d(w, w, r, r) for w, r in zip(widths, self.ratios) if r > 1)
+        self.reductions = nn.ModuleList(convolution(config.spatial_dims, w, w, r, r)
+                                        for w, r in zip(widths, self.ratios) if r > 1)
         self.norm = nn.LayerNorm(widths[0], eps=config.norm_eps) if len(self.reductions) else None
 
     def keys_source(self, x: Tensor, layout: BridgeLayout) -> Tensor:
         """The reduced, normalised sequence keys and values are computed from: ``(B, T, C₁) -> (B, M, C₁)``."""
         convs = iter(self.reductions)
         parts = []
-        for tokens, stage_map, k, ratio in zip(x.split(layout.lengths, dim=1), layout.split(x), layout.groups,
+        for stage_tokens, stage_map, k, ratio in zip(x.split(layout.lengths, dim=1), layout.split(x), layout.groups,
                                                self.ratios):  # a loop over the stages
             if ratio == 1:
-                parts.append(tokens)  # (B, hᵢ·wᵢ·kᵢ, C₁)
+                parts.append(stage_tokens)  # (B, hᵢ·wᵢ·kᵢ, C₁)
                 continue
-            reduced = next(convs)(rearrange(stage_map, "b h w c -> b c h w"))  # (B, Cᵢ, hᵢ/Rᵢ, wᵢ/Rᵢ)
-            parts.append(rearrange(reduced, "b (c k) h w -> b (k h w) c", k=k))  # (B, (hᵢ/Rᵢ)(wᵢ/Rᵢ)kᵢ, C₁)
+            reduced = next(convs)(channels_first(stage_map)).flatten(2)  # (B, Cᵢ, (hᵢ/Rᵢ)(wᵢ/Rᵢ))
+            b, channels, m = reduced.shape  # channel c·kᵢ + j goes to token j: b (c k) m -> b (k m) c
+            parts.append(reduced.reshape(b, channels // k, k, m).permute(0, 2, 3, 1).reshape(b, k * m, -1))
         return self.norm(torch.cat(parts, dim=1))  # (B, M, C₁)
 
     def forward(self, x: Tensor, layout: BridgeLayout) -> Tensor:
@@ -107,7 +113,7 @@ class BridgeFFN(nn.Module):
     Shape: ``forward(x, layout)``: ``(B, T, C₁) -> (B, T, C₁)``.
     """
 
-    def __init__(self, widths: tuple[int, ...], config: MISSFormerConfig) -> None:
+    def __init__(self, widths: tuple[int, ...], config: MISSFormerBase) -> None:
         super().__init__()
         self.ffns = nn.ModuleList(stage_ffn(w, config) for w in widths)
 
@@ -140,7 +146,7 @@ class ContextBridge(nn.Module):
 
     zoo_part = "stacking"
 
-    def __init__(self, config: MISSFormerConfig) -> None:
+    def __init__(self, config: MISSFormerBase) -> None:
         super().__init__()
         c = config
         stages = c.stages()

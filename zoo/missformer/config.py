@@ -33,10 +33,13 @@ class Stage:
 
 
 @dataclass
-class MISSFormerConfig:
-    """Sizes and choices of a :class:`~zoo.missformer.model.MISSFormer`; validated on construction.
+class MISSFormerBase:
+    """Sizes and choices of a :class:`~zoo.missformer.model.MISSFormer`, 2D or 3D; validated on construction.
 
     The defaults are the official model (``networks/MISSFormer.py``): 224×224, 3 channels, 9 Synapse classes.
+    Two configs share these fields: :class:`MISSFormerConfig` (2D, the paper's) and :class:`MISSFormer3DConfig`;
+    neither derives from the other, so each model is its own root (its own classic choices, see
+    :mod:`zoo.analysis.counterpart`).
     """
 
     image_size: int = 224  # the size the model is built and measured at; must be divisible by 2^(stages+1)
@@ -66,9 +69,10 @@ class MISSFormerConfig:
     tokens: str = "overlap"
     position: str = "none"
     norm_first: bool = True
+    spatial_dims = 2  # the 2D model; MISSFormer3DConfig builds the same parts in 3D
 
     def __post_init__(self) -> None:
-        for name in ("image_size", "in_channels", "num_classes", "decoder_depth", "bridge_heads"):
+        for name in ("in_channels", "num_classes", "decoder_depth", "bridge_heads"):
             check_positive(name, getattr(self, name))
         check_positive("bridge_depth", self.bridge_depth, allow_zero=True)
         for name in ("widths", "depths", "heads", "sr_ratios"):
@@ -95,7 +99,16 @@ class MISSFormerConfig:
             ("activation", self.activation, ACTIVATIONS),
         ))
         self._check_widths()
-        self.check_size(self.image_size, self.image_size, "image_size")
+        self._check_input()
+
+    def _check_input(self) -> None:
+        check_positive("image_size", self.image_size)
+        self.check_size((self.image_size, self.image_size), "image_size")
+
+    @property
+    def input_sides(self) -> tuple[int, ...]:
+        """The spatial sides the model is built and measured at: (H, W), or (D, H, W) in 3D."""
+        return self.image_size, self.image_size
 
     def _check_widths(self) -> None:
         for i, stage in enumerate(self.stages()):
@@ -132,25 +145,27 @@ class MISSFormerConfig:
         """Image sides must be multiples of this: stride 4, then a halving per further stage."""
         return PATCH * 2 ** (len(self.stages()) - 1)
 
-    def stage_sides(self, height: int, width: int) -> list[tuple[int, int]]:
-        """The token-map size of every stage for an ``height``×``width`` image (already validated)."""
-        return [(height // (PATCH * 2**i), width // (PATCH * 2**i)) for i in range(len(self.stages()))]
+    def stage_sides(self, sides: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The token-map sides of every stage for an input of ``sides`` (H, W) or (D, H, W) (already validated)."""
+        return [tuple(side // (PATCH * 2**i) for side in sides) for i in range(len(self.stages()))]
 
-    def check_size(self, height: int, width: int, what: str = "image size") -> None:
+    def check_size(self, sides: tuple[int, ...], what: str = "image size") -> None:
         """ValueError unless every stage's map halves cleanly and is divisible by its reduction ratio."""
-        if height % self.multiple or width % self.multiple:
+        text = "×".join(map(str, sides))
+        bad = next((side for side in sides if side % self.multiple), None)
+        if bad is not None:
             raise ValueError(
-                f"{what} {height}×{width} is not divisible by {self.multiple} (stride {PATCH}, then "
+                f"{what} {text} is not divisible by {self.multiple} (stride {PATCH}, then "
                 f"{len(self.stages()) - 1} halvings); resize or pad to a multiple of {self.multiple}, "
-                f"e.g. {max(1, round(height / self.multiple)) * self.multiple}"
+                f"e.g. {max(1, round(bad / self.multiple)) * self.multiple}"
             )
         if not self.spatial_reduction:
             return
-        for stage, (h, w) in zip(self.stages(), self.stage_sides(height, width)):
-            if h % stage.sr or w % stage.sr:
+        for stage, stage_sides in zip(self.stages(), self.stage_sides(sides)):
+            if any(side % stage.sr for side in stage_sides):
                 raise ValueError(
-                    f"{what} {height}×{width} gives stage {stage.index + 1} a {h}×{w} map, not divisible by its "
-                    f"sr_ratios[{stage.index}]={stage.sr}; use a larger image or a smaller ratio"
+                    f"{what} {text} gives stage {stage.index + 1} a {'×'.join(map(str, stage_sides))} map, not "
+                    f"divisible by its sr_ratios[{stage.index}]={stage.sr}; use a larger input or a smaller ratio"
                 )
 
     def d_ff(self, dim: int) -> int:
@@ -159,6 +174,43 @@ class MISSFormerConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class MISSFormerConfig(MISSFormerBase):
+    """The 2D model's config: ``image_size``×``image_size`` images (see :class:`MISSFormerBase`)."""
+
+
+@dataclass
+class MISSFormer3DConfig(MISSFormerBase):
+    """The same parts in 3D (``spatial_dims = 3``): 3D convolutions, d×h×w token maps, 2×2×2 patch expanding.
+
+    The input is a ``patch_size`` (D, H, W) of voxels whose sides are multiples of 32. ``image_size``, when given
+    (the delta analysis and ``zoo check`` give the task's side and grow it), replaces the in-plane sides: the patch
+    becomes (D, image_size, image_size). Only the overlapping patch embedding exists in 3D (``tokens="overlap"``).
+    """
+
+    image_size: int | None = None  # in-plane side when given: patch (D, image_size, image_size)
+    patch_size: tuple[int, ...] = (32, 64, 64)  # (D, H, W) voxels the model is built and measured at
+    in_channels: int = 1
+    sr_ratios: tuple[int, ...] = (4, 2, 1, 1)  # per side: in 3D a ratio R keeps 1/R³ of the keys
+    spatial_dims = 3
+
+    def _check_input(self) -> None:
+        self.patch_size = check_int_tuple("patch_size", self.patch_size)
+        if len(self.patch_size) != 3:
+            raise ValueError(f"patch_size must be (D, H, W), three sides, got {self.patch_size}")
+        if self.image_size is not None:
+            check_positive("image_size", self.image_size)
+            self.patch_size = (self.patch_size[0], self.image_size, self.image_size)
+        if self.tokens != "overlap":
+            raise ValueError(f"tokens={self.tokens!r}: the 3D model has only the overlapping patch embedding "
+                             "(tokens='overlap'); the patch and vocabulary tokenizers are 2D")
+        self.check_size(self.patch_size, "patch_size")
+
+    @property
+    def input_sides(self) -> tuple[int, ...]:
+        return self.patch_size
 
 
 PRESETS: dict[str, dict] = {
@@ -170,5 +222,13 @@ PRESETS: dict[str, dict] = {
                 bridge_depth=2, decoder_depth=1),
     # the official model: 224×224, 3 channels (grayscale repeated), 9 classes, fixed token splits
     "paper": dict(image_size=224, in_channels=3, num_classes=9, resolution_agnostic=False),
+}
+PRESETS_3D: dict[str, dict] = {
+    # tests: a 32³ patch
+    "tiny": dict(patch_size=(32, 32, 32), num_classes=3, widths=(8, 16, 24, 32), depths=(1, 1, 1, 1),
+                 heads=(1, 2, 2, 4), bridge_depth=1, decoder_depth=1),
+    # 3D on a CPU: 32×64×64 patches of the phantom3d cases
+    "cpu": dict(patch_size=(32, 64, 64), num_classes=9, widths=(16, 32, 64, 96), depths=(1, 1, 2, 1),
+                heads=(1, 2, 4, 6), bridge_depth=1, decoder_depth=1),
 }
 DEFAULT_PRESET = "cpu"

@@ -17,29 +17,29 @@ Shape legend: B batch, hᵢ×wᵢ stage i's map, Cᵢ its width, K classes, H×W
 from __future__ import annotations
 
 import torch
-from einops import rearrange
 from torch import Tensor, nn
 
 from core.layers import Encoder
-from zoo.missformer.config import MISSFormerConfig, Stage
+from zoo.missformer.config import MISSFormerBase, Stage
 from zoo.missformer.encoder import transformer_block
+from zoo.missformer.maps import CONVOLUTIONS, channels_first, convolution, pixel_shuffle
 
 
 class PatchExpand(nn.Module):
-    """Linear(C -> s²·C_out, no bias), pixel shuffle ×s, LayerNorm(C_out).
+    """Linear(C -> s²·C_out, no bias), pixel shuffle ×s, LayerNorm(C_out) (s³·C_out and an s×s×s block for
+    ``dims=3``).
 
-    Shape: ``(B, h, w, C) -> (B, s·h, s·w, C_out)``.
+    Shape: ``(B, h, w, C) -> (B, s·h, s·w, C_out)``; in 3D ``(B, d, h, w, C) -> (B, s·d, s·h, s·w, C_out)``.
     """
 
-    def __init__(self, dim: int, out_dim: int, scale: int = 2, eps: float = 1e-5) -> None:
+    def __init__(self, dim: int, out_dim: int, scale: int = 2, eps: float = 1e-5, dims: int = 2) -> None:
         super().__init__()
         self.scale = scale
-        self.expand = nn.Linear(dim, scale * scale * out_dim, bias=False)
+        self.expand = nn.Linear(dim, scale**dims * out_dim, bias=False)
         self.norm = nn.LayerNorm(out_dim, eps=eps)  # untagged: it belongs to the expansion's part
 
     def forward(self, x: Tensor) -> Tensor:
-        x = rearrange(self.expand(x), "b h w (p1 p2 c) -> b (h p1) (w p2) c", p1=self.scale, p2=self.scale)
-        return self.norm(x)  # (B, s·h, s·w, C_out)
+        return self.norm(pixel_shuffle(self.expand(x), self.scale))  # (B, s·h, s·w, C_out)
 
 
 class DecoderStage(nn.Module):
@@ -55,11 +55,12 @@ class DecoderStage(nn.Module):
     (``(B, h, w, C)`` without ``expand``).
     """
 
-    def __init__(self, config: MISSFormerConfig, stage: Stage, up_dim: int, expand: bool) -> None:
+    def __init__(self, config: MISSFormerBase, stage: Stage, up_dim: int, expand: bool) -> None:
         super().__init__()
         self.concat = nn.Linear(up_dim + stage.dim, stage.dim)
         self.blocks = Encoder([transformer_block(config, stage) for _ in range(config.decoder_depth)])
-        self.expand = PatchExpand(stage.dim, stage.dim // 2, 2, config.norm_eps) if expand else None
+        self.expand = PatchExpand(stage.dim, stage.dim // 2, 2, config.norm_eps, config.spatial_dims) \
+            if expand else None
 
     def forward(self, x: Tensor, skip: Tensor) -> Tensor:
         x = self.blocks(self.concat(torch.cat((x, skip), dim=-1)))  # (B, h, w, C)
@@ -76,10 +77,10 @@ class UShapedDecoder(nn.Module):
 
     zoo_part = "stacking"
 
-    def __init__(self, config: MISSFormerConfig) -> None:
+    def __init__(self, config: MISSFormerBase) -> None:
         super().__init__()
         stages = config.stages()
-        self.bottom = PatchExpand(stages[-1].dim, stages[-1].dim // 2, 2, config.norm_eps)
+        self.bottom = PatchExpand(stages[-1].dim, stages[-1].dim // 2, 2, config.norm_eps, config.spatial_dims)
         self.stages = nn.ModuleList(
             DecoderStage(config, stage, below.dim // 2, expand=stage.index > 0)
             for stage, below in zip(stages[-2::-1], stages[:0:-1])
@@ -96,25 +97,25 @@ class UShapedDecoder(nn.Module):
 class SegmentationHead(nn.Module):
     """×4 patch expansion of the 1/4-scale map to full resolution, then a 1×1 convolution to K logits.
 
-    Shape: ``(B, h, w, C) -> (B, K, 4h, 4w)``.
+    Shape: ``(B, h, w, C) -> (B, K, 4h, 4w)``; in 3D ``(B, d, h, w, C) -> (B, K, 4d, 4h, 4w)``.
     """
 
     zoo_part = "head"
 
-    def __init__(self, dim: int, num_classes: int, eps: float = 1e-5) -> None:
+    def __init__(self, dim: int, num_classes: int, eps: float = 1e-5, dims: int = 2) -> None:
         super().__init__()
-        self.expand = PatchExpand(dim, dim, 4, eps)
-        self.classifier = nn.Conv2d(dim, num_classes, kernel_size=1)
+        self.expand = PatchExpand(dim, dim, 4, eps, dims)
+        self.classifier = convolution(dims, dim, num_classes, kernel_size=1)
         xavier_init(self)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.classifier(rearrange(self.expand(x), "b h w c -> b c h w"))  # (B, K, 4h, 4w)
+        return self.classifier(channels_first(self.expand(x)))  # (B, K, 4h, 4w)
 
 
 def xavier_init(module: nn.Module) -> None:
     """Xavier-uniform weights and zero biases for every linear and convolution (the official decoder's init)."""
     for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d)):
+        if isinstance(m, (nn.Linear, *CONVOLUTIONS.values())):
             nn.init.xavier_uniform_(m.weight)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)

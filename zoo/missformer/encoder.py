@@ -16,34 +16,36 @@ from __future__ import annotations
 
 import functools
 
-from einops import rearrange
 from torch import Tensor, nn
 
 from core.attention import build_kernel
 from core.layers import Encoder, EncoderLayer, layer_norm
 from core.parts import tag
 from zoo.missformer.attention import EfficientSelfAttention
-from zoo.missformer.config import MISSFormerConfig, Stage
+from zoo.missformer.config import MISSFormerBase, Stage
 from zoo.missformer.ffn import stage_ffn
+from zoo.missformer.maps import channels_first, channels_last, convolution
 from zoo.vision import drop_path_rates
 
 
 class OverlapPatchEmbedding(nn.Module):
-    """Conv2d(kernel k, stride s, padding k//2), then LayerNorm: patches that overlap by k − s pixels.
+    """Conv2d(kernel k, stride s, padding k//2), then LayerNorm: patches that overlap by k − s pixels (Conv3d and
+    voxels for ``dims=3``).
 
-    Shape: ``(B, C, H, W) -> (B, H/s, W/s, D)``.
+    Shape: ``(B, C, H, W) -> (B, H/s, W/s, D)``; in 3D ``(B, C, Z, H, W) -> (B, Z/s, H/s, W/s, D)``.
     """
 
-    def __init__(self, in_channels: int, dim: int, kernel: int, stride: int, eps: float = 1e-5) -> None:
+    def __init__(self, in_channels: int, dim: int, kernel: int, stride: int, eps: float = 1e-5,
+                 dims: int = 2) -> None:
         super().__init__()
-        self.proj = nn.Conv2d(in_channels, dim, kernel_size=kernel, stride=stride, padding=kernel // 2)
+        self.proj = convolution(dims, in_channels, dim, kernel_size=kernel, stride=stride, padding=kernel // 2)
         self.norm = nn.LayerNorm(dim, eps=eps)  # untagged: it belongs to the tokenizer's part
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.norm(rearrange(self.proj(x), "b d h w -> b h w d"))  # (B, H/s, W/s, D)
+        return self.norm(channels_last(self.proj(x)))  # (B, H/s, W/s, D)
 
 
-def transformer_block(config: MISSFormerConfig, stage: Stage, drop_path: float = 0.0) -> EncoderLayer:
+def transformer_block(config: MISSFormerBase, stage: Stage, drop_path: float = 0.0) -> EncoderLayer:
     """MISSFormer's Transformer block: a core encoder layer with efficient attention and ReMix-FFN injected.
 
     With the classic choices (``spatial_reduction=False``, ``ffn="dense"``) the same call builds the classic
@@ -52,7 +54,7 @@ def transformer_block(config: MISSFormerConfig, stage: Stage, drop_path: float =
     c = config
     kernel = build_kernel(c.kernel, c.attention_dropout)
     attention = EfficientSelfAttention(stage.dim, stage.heads, stage.sr if c.spatial_reduction else 1, kernel,
-                                       c.norm_eps)
+                                       c.norm_eps, c.spatial_dims)
     ffn = stage_ffn(stage.dim, c)
     norm = functools.partial(layer_norm, eps=c.norm_eps)
     return EncoderLayer(stage.dim, attention, ffn, c.dropout, c.norm_first, norm, drop_path)
@@ -71,13 +73,13 @@ class HierarchicalEncoder(nn.Module):
     LayerNorm (Pre-LN only).
     """
 
-    def __init__(self, config: MISSFormerConfig) -> None:
+    def __init__(self, config: MISSFormerBase) -> None:
         super().__init__()
         stages = config.stages()
         rates = iter(drop_path_rates(config.drop_path, sum(s.depth for s in stages)))
         norm = functools.partial(layer_norm, eps=config.norm_eps)
         self.downsamples = nn.ModuleList(
-            tag(OverlapPatchEmbedding(previous.dim, stage.dim, 3, 2, config.norm_eps), "stacking")
+            tag(OverlapPatchEmbedding(previous.dim, stage.dim, 3, 2, config.norm_eps, config.spatial_dims), "stacking")
             for previous, stage in zip(stages, stages[1:])
         )
         self.stages = nn.ModuleList(
@@ -90,7 +92,7 @@ class HierarchicalEncoder(nn.Module):
         maps = []
         for i, stage in enumerate(self.stages):  # a loop over the (four) stages, not over tokens
             if i:
-                x = self.downsamples[i - 1](rearrange(x, "b h w c -> b c h w"))  # (B, hᵢ, wᵢ, Cᵢ)
+                x = self.downsamples[i - 1](channels_first(x))  # (B, hᵢ, wᵢ, Cᵢ)
             x = stage(x)  # (B, hᵢ, wᵢ, Cᵢ)
             maps.append(x)
         return maps

@@ -9,18 +9,19 @@ around the convolution and a LayerNorm before the activation, which it reports t
     ReMixFFN(x) = W₂ · GELU(LN(DWConv₃ₓ₃(W₁x) + W₁x))
 
 It is not registered with :func:`core.ffn.register_ffn`: the core FFNs act on ``(..., D)`` tokens one
-position at a time, while this one needs the 2-D token map (``(B, h, w, C)``, channels last).
+position at a time, while this one needs the token map (``(B, h, w, C)``, channels last; ``(B, d, h, w, C)`` with a
+3×3×3 convolution in the 3D model).
 
 Shape legend: B batch, h×w token map, C width, F hidden width (4C in the paper).
 """
 
 from __future__ import annotations
 
-from einops import rearrange
 from torch import Tensor, nn
 
 from core.errors import check_positive, check_probability, unknown_name
 from core.ffn import ACTIVATIONS, PositionwiseFFN
+from zoo.missformer.maps import channels_first, channels_last, convolution
 
 
 class ReMixFFN(nn.Module):
@@ -32,14 +33,15 @@ class ReMixFFN(nn.Module):
         activation: ``"gelu"`` (the paper's) or ``"relu"``.
         dropout: on the hidden activations (the paper uses none).
         eps: epsilon of the LayerNorm.
+        dims: the map's spatial dimensions, 2 or 3 (a 3×3×3 depth-wise convolution).
 
-    Shape: ``(B, h, w, C) -> (B, h, w, C)``.
+    Shape: ``(B, h, w, C) -> (B, h, w, C)``; in 3D ``(B, d, h, w, C) -> (B, d, h, w, C)``.
     """
 
     zoo_part = "ffn"
 
-    def __init__(self, dim: int, hidden: int, activation: str = "gelu", dropout: float = 0.0, eps: float = 1e-5
-                 ) -> None:
+    def __init__(self, dim: int, hidden: int, activation: str = "gelu", dropout: float = 0.0, eps: float = 1e-5,
+                 dims: int = 2) -> None:
         super().__init__()
         check_positive("dim", dim)
         check_positive("hidden", hidden)
@@ -47,17 +49,19 @@ class ReMixFFN(nn.Module):
         if activation not in ACTIVATIONS:
             raise unknown_name("activation", activation, ACTIVATIONS)
         self.fc1 = nn.Linear(dim, hidden)
-        self.dwconv = nn.Conv2d(hidden, hidden, kernel_size=3, padding=1, groups=hidden)
+        self.dims = dims
+        self.dwconv = convolution(dims, hidden, hidden, kernel_size=3, padding=1, groups=hidden)
         self.norm = nn.LayerNorm(hidden, eps=eps)  # untagged: part of the FFN change, not of "norm"
         self.act = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
         self.fc2 = nn.Linear(hidden, dim)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dim() != 4:
-            raise ValueError(f"ReMixFFN expects a (B, h, w, C) token map, got {tuple(x.shape)}")
+        if x.dim() != self.dims + 2:
+            shape = "(B, h, w, C)" if self.dims == 2 else "(B, d, h, w, C)"
+            raise ValueError(f"ReMixFFN expects a {shape} token map, got {tuple(x.shape)}")
         hidden = self.fc1(x)  # (B, h, w, F)
-        mixed = rearrange(self.dwconv(rearrange(hidden, "b h w f -> b f h w")), "b f h w -> b h w f")
+        mixed = channels_last(self.dwconv(channels_first(hidden)))  # (B, h, w, F)
         return self.fc2(self.dropout(self.act(self.norm(mixed + hidden))))  # (B, h, w, C)
 
 
@@ -66,5 +70,5 @@ def stage_ffn(dim: int, config) -> nn.Module:
     reverted to ``"dense"`` (``config``: a :class:`~zoo.missformer.config.MISSFormerConfig`)."""
     c = config
     if c.ffn == "remix":
-        return ReMixFFN(dim, c.d_ff(dim), c.activation, c.dropout, c.norm_eps)
+        return ReMixFFN(dim, c.d_ff(dim), c.activation, c.dropout, c.norm_eps, c.spatial_dims)
     return PositionwiseFFN(dim, c.d_ff(dim), c.activation, c.dropout)

@@ -27,9 +27,10 @@ from torch import Tensor, nn
 from core.parts import tag
 from core.position import SinusoidalPosition
 from zoo.missformer.bridge import ContextBridge
-from zoo.missformer.config import PATCH, MISSFormerConfig
+from zoo.missformer.config import PATCH, MISSFormerBase
 from zoo.missformer.decoder import SegmentationHead, UShapedDecoder
 from zoo.missformer.encoder import HierarchicalEncoder, OverlapPatchEmbedding
+from zoo.missformer.maps import as_map, tokens
 from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding
 
 
@@ -59,63 +60,67 @@ class MISSFormer(nn.Module):
     """MISSFormer: tokens -> hierarchical encoder -> context bridge -> U-shaped decoder -> ×4 head.
 
     Args:
-        config: a :class:`~zoo.missformer.config.MISSFormerConfig`; its choice fields also build the
-            classic counterpart of each part.
+        config: a :class:`~zoo.missformer.config.MISSFormerConfig` (or ``MISSFormer3DConfig``); its choice
+            fields also build the classic counterpart of each part.
 
     A 1-channel image given to a 3-channel model is repeated to 3 channels (the official code's rule for
     grayscale CT); any other channel mismatch is a ValueError. With ``resolution_agnostic=False`` only
     ``image_size``×``image_size`` inputs are accepted (the official fixed geometry); otherwise any size
     whose sides are multiples of 32 (of 2^(stages+1)).
 
+    Built from a :class:`~zoo.missformer.config.MISSFormer3DConfig` (``spatial_dims = 3``), the same parts work on
+    volumes: 3D convolutions, d×h×w token maps, 2×2×2 patch expanding (the official code is 2D only).
+
     Shape:
-        ``(B, C, H, W)`` float images -> ``(B, K, H, W)`` logits.
+        ``(B, C, H, W)`` float images -> ``(B, K, H, W)`` logits; in 3D ``(B, C, D, H, W) -> (B, K, D, H, W)``.
     """
 
-    def __init__(self, config: MISSFormerConfig) -> None:
+    def __init__(self, config: MISSFormerBase) -> None:
         super().__init__()
         c = self.config = config
         width = c.widths[0]
         if c.tokens == "overlap":
-            self.tokens: nn.Module = tag(OverlapPatchEmbedding(c.in_channels, width, 7, PATCH, c.norm_eps),
-                                         "embedding")
+            self.tokens: nn.Module = tag(OverlapPatchEmbedding(c.in_channels, width, 7, PATCH, c.norm_eps,
+                                                               c.spatial_dims), "embedding")
         else:
             self.tokens = PatchTokens(c.tokens, c.in_channels, width, c.norm_eps)
         self.position = SinusoidalPosition(width) if c.position == "sinusoidal" else None
         self.encoder = HierarchicalEncoder(c)
         self.bridge = ContextBridge(c) if c.bridge_depth else None
         self.decoder = UShapedDecoder(c) if len(c.stages()) > 1 else None
-        self.head = SegmentationHead(width, c.num_classes, c.norm_eps)
+        self.head = SegmentationHead(width, c.num_classes, c.norm_eps, c.spatial_dims)
 
     def check_images(self, images: Tensor) -> Tensor:
         """Validate ``images`` and repeat a single channel for a 3-channel model; returns the images to use."""
         c = self.config
+        axes = "(B, C, H, W)" if c.spatial_dims == 2 else "(B, C, D, H, W)"
         if not isinstance(images, Tensor) or not images.is_floating_point():
-            raise TypeError(f"images must be a float tensor (B, C, H, W), got {getattr(images, 'dtype', type(images))}")
-        if images.dim() != 4:
-            raise ValueError(f"images must have shape (B, {c.in_channels}, H, W), got {tuple(images.shape)}")
-        channels, height, width = images.shape[1:]
+            raise TypeError(f"images must be a float tensor {axes}, got {getattr(images, 'dtype', type(images))}")
+        if images.dim() != c.spatial_dims + 2:
+            raise ValueError(f"images must have shape {axes.replace('C', str(c.in_channels))}, got "
+                             f"{tuple(images.shape)}")
+        channels, sides = images.shape[1], tuple(images.shape[2:])
         if channels == 1 and c.in_channels == 3:
-            images = images.repeat(1, 3, 1, 1)  # grayscale to the 3-channel model, as the official code does
+            images = images.repeat(1, 3, *[1] * c.spatial_dims)  # grayscale to 3 channels, as the official code does
         elif channels != c.in_channels:
             raise ValueError(
                 f"images have {channels} channels but the model was built for in_channels={c.in_channels} "
                 f"(only 1 -> 3 is converted); build it with in_channels={channels}"
             )
-        if not c.resolution_agnostic and (height, width) != (c.image_size, c.image_size):
+        if not c.resolution_agnostic and sides != c.input_sides:
             raise ValueError(
                 f"this model has the official fixed geometry (resolution_agnostic=False) and accepts only "
-                f"{c.image_size}×{c.image_size} images, got {height}×{width}; resize the images, or build it with "
-                "resolution_agnostic=True to derive the token splits from each input"
+                f"{'×'.join(map(str, c.input_sides))} images, got {'×'.join(map(str, sides))}; resize the images, or "
+                "build it with resolution_agnostic=True to derive the token splits from each input"
             )
-        c.check_size(height, width)
+        c.check_size(sides)
         return images
 
     def embed(self, images: Tensor) -> Tensor:
         """Images -> stage 1's token map. Shape: ``(B, C, H, W) -> (B, H/4, W/4, C₁)``."""
         x = self.tokens(images)  # (B, h₁, w₁, C₁)
         if self.position is not None:
-            x = rearrange(self.position.embed(rearrange(x, "b h w c -> b (h w) c")), "b (h w) c -> b h w c",
-                          h=x.shape[1])
+            x = as_map(self.position.embed(tokens(x)), x.shape[1:-1])
         return x
 
     def forward_features(self, images: Tensor) -> list[Tensor]:
