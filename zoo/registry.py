@@ -58,6 +58,10 @@ class Change:
             consequence of this kind is not a change of its own: it has no revert and no ablation row.
         also_in: ``{part: how}``, other parts holding modules this same change replaces (MISSFormer's
             context bridge, which the ``stacking`` part owns, has the efficient attention too).
+        no_revert: why this change cannot be reverted (empty: it can). A network taken whole from another
+            library (MONAI's ``UNETR``) may make a change its code has no switch for: it is declared, so the
+            story is told, but it has no ``revert``, no ablation row and no attribution step, and ``zoo check``
+            marks its revert row not applicable with this reason. Only such a change may leave ``revert`` empty.
 
     ``parts`` is the change's own part, then those of ``resizes`` and ``also_in``: every part whose
     parameters reverting this change alone may alter (``tests/zoo/analysis/test_delta_attribution.py`` checks it).
@@ -72,9 +76,15 @@ class Change:
     name: str = ""  # default: the part
     resizes: dict[str, str] = field(default_factory=dict)  # part -> how this change sets its size
     also_in: dict[str, str] = field(default_factory=dict)  # part -> which of its modules this change replaces
+    no_revert: str = ""  # why the change cannot be reverted (a library network without the switch); "" it can
 
     def __post_init__(self) -> None:
         check_part(self.part)
+        if not isinstance(self.no_revert, str):
+            raise TypeError(f"Change no_revert must be a str (why it cannot be reverted), got {self.no_revert!r}")
+        if self.no_revert and self.revert:
+            raise ValueError(f"change {self.name or self.part!r} has revert overrides {self.revert} and says it cannot "
+                             f"be reverted ({self.no_revert!r}); keep one")
         if self.scope not in SCOPES:
             raise unknown_name("scope", self.scope, SCOPES)
         if not isinstance(self.name, str):
@@ -99,6 +109,11 @@ class Change:
     def parts(self) -> tuple[str, ...]:
         """Its own part, then the parts it resizes, then those it also changes."""
         return (self.part, *self.resizes, *self.also_in)
+
+    @property
+    def revertible(self) -> bool:
+        """Whether the change has a revert (see ``no_revert``)."""
+        return not self.no_revert
 
 
 @dataclass(frozen=True)
@@ -127,6 +142,9 @@ class Variant:
     builds_on: str | None = None
     # Dummy inputs of the task's real size, for measuring FLOPs and memory: (config, shape) -> args.
     example_input: Callable[[Any, dict[str, int]], tuple] | None = None
+    # 2: the model takes images or slices; 3: volumes, so the medseg task trains it on 3D patches and predicts
+    # whole cases through a sliding window (tasks.medseg.patches, tasks.medseg.sliding).
+    spatial_dims: int = 2
 
     def config(self, preset: str | None = None, **overrides: Any) -> Any:
         """The validated config of ``preset`` (default: ``default_preset``) with ``overrides`` applied."""
@@ -140,6 +158,9 @@ class Variant:
         return self.config_class(**{**self.presets[preset], **self.base_overrides, **overrides})
 
     def __post_init__(self) -> None:
+        if self.spatial_dims not in (2, 3) or isinstance(self.spatial_dims, bool):
+            raise ValueError(f"variant {self.name!r}: spatial_dims must be 2 (images, slices) or 3 (volumes), got "
+                             f"{self.spatial_dims!r}")
         if self.builds_on is not None and (not isinstance(self.builds_on, str) or self.builds_on == self.name):
             raise ValueError(f"variant {self.name!r}: builds_on={self.builds_on!r} must name another registered "
                              "variant (the one it patches, e.g. 'classic'), or be None")
@@ -171,13 +192,14 @@ class Variant:
         return tuple(dict.fromkeys(p for c in self.changes for p in c.parts))
 
     def independent_changes(self) -> tuple[Change, ...]:
-        """The changes that one leave-one-out row each reverts: all of ``changes``.
+        """The changes that one leave-one-out row each reverts: every revertible one of ``changes``.
 
         A part that changes only because another change did (the head that the hierarchy widens) is not a
         change of its own: its cause declares it in ``resizes`` or ``also_in``, and reverting the cause
-        reverts it. Construction refuses two changes that revert the same config field.
+        reverts it. Construction refuses two changes that revert the same config field. A change declared with
+        ``no_revert`` has no row.
         """
-        return self.changes
+        return tuple(c for c in self.changes if c.revertible)
 
     def change(self, name: str) -> Change:
         """The change called ``name``; unknown names get a "did you mean" error."""
@@ -194,9 +216,9 @@ class Variant:
         relative position table at the window's size). Changes that resize come as early as that allows
         (they set the geometry the others work in: ViT's encoder-only read-out before its Pre-LN, which
         would otherwise also add a norm to the decoder about to go); otherwise declaration order.
-        ValueError on a cycle.
+        ValueError on a cycle. Changes declared with ``no_revert`` are not applied: there is nothing to apply.
         """
-        pending, order = list(self.changes), []
+        pending, order = list(self.independent_changes()), []
         while pending:
             ready = [c for c in pending if not any(c.part in o.resizes for o in pending if o is not c)]
             if not ready:
@@ -230,6 +252,8 @@ def change_markdown(change: Change, heading: str = "#") -> str:
     also = [f"{part} ({how})" for part, how in change.also_in.items()]
     if also:
         lines += [f"The same change in another part: {'; '.join(also)}.", ""]
+    if change.no_revert:
+        lines += [f"Not reverted, so not measured below and not ablated: {change.no_revert}.", ""]
     return "\n".join(lines)
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from core.embedding import TokenEmbedding
-from core.errors import check_positive, unknown_name
+from core.errors import check_int_tuple, check_positive, unknown_name
 from core.ffn import PositionwiseFFN
 from core.layers import Decoder, DecoderLayer, layer_norm
 from core.multihead import MultiHeadAttention
@@ -175,6 +175,24 @@ def build_readout(kind: str, d_model: int, heads: int, d_ff: int, **decoder: Any
     if kind == "decoder":
         return DecoderReadout(d_model, heads, d_ff, **decoder)
     raise unknown_name("readout", kind, READOUTS)
+
+
+def volume_patch(patch_size: Any, image_size: int | None) -> tuple[int, int, int]:
+    """A 3D model's input patch ``(D, H, W)``, its in-plane sides replaced by ``image_size`` when given (the delta
+    analysis and ``zoo check`` measure every medseg model at the task's side and grow it); ValueError otherwise."""
+    sides = check_int_tuple("patch_size", patch_size)
+    if len(sides) != 3:
+        raise ValueError(f"patch_size must be (D, H, W), three sides, got {sides}")
+    if image_size is None:
+        return sides[0], sides[1], sides[2]
+    check_positive("image_size", image_size)
+    return sides[0], image_size, image_size
+
+
+def volume_inputs(config: Any, shape: dict[str, int]) -> tuple[Tensor]:
+    """Random volumes of a 3D model's patch (``config.patch_size``): ``(B, C, D, H, W)``."""
+    gen = torch.Generator().manual_seed(0)
+    return (torch.randn(shape["batch"], config.in_channels, *config.patch_size, generator=gen),)
 
 
 def image_inputs(config: Any, shape: dict[str, int]) -> tuple[Tensor]:

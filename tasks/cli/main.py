@@ -37,6 +37,7 @@ def variant_rows(task: str | None = None) -> list[dict]:
             "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
             "parts_changed": list(variant.parts_changed),
             "tasks": list(variant.tasks),
+            "spatial_dims": getattr(variant, "spatial_dims", 2),  # 3: trained on 3D patches (medseg)
             "parameters": params,
             "summary": variant.summary,
         })
@@ -52,8 +53,9 @@ def variants_markdown(rows: list[dict]) -> str:
     for r in rows:
         paper = f"[{r['paper']['title']}]({r['paper']['url']}) ({r['paper']['year']})"
         params = ", ".join(f"{k} {_millions(v)}" for k, v in r["parameters"].items())
+        tasks = ", ".join(r["tasks"]) + (" (3D)" if r["spatial_dims"] == 3 else "")
         lines.append(f"| `{r['name']}` | {paper} | {', '.join(r['parts_changed']) or '(the base)'} "
-                     f"| {', '.join(r['tasks'])} | {params} |")
+                     f"| {tasks} | {params} |")
     return "\n".join(lines)
 
 
@@ -69,7 +71,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
             parts = ", ".join(r["parts_changed"]) or "(the base)"
             params = ", ".join(f"{k} {_millions(v)}" for k, v in r["parameters"].items())
             paper = f"{r['paper']['title']} ({r['paper']['year']})"
-            print(f"{r['name']:<14} {parts:<22} {', '.join(r['tasks']):<24} {params:<48} {paper}")
+            tasks = ", ".join(r["tasks"]) + (" (3D)" if r["spatial_dims"] == 3 else "")
+            print(f"{r['name']:<14} {parts:<22} {tasks:<24} {params:<48} {paper}")
     return 0
 
 

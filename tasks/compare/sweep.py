@@ -376,9 +376,14 @@ def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget:
     ``allow_undeclared``."""
     cls = task_class(task_name)
     check_alpha(alpha)
-    entries = ablation_entries(get_variant(variant_name, task_name))
+    variant = get_variant(variant_name, task_name)
+    entries = ablation_entries(variant)
+    fixed = [f"{c.name} ({c.no_revert})" for c in variant.changes if not c.revertible]
     if len(entries) == 1:
-        raise ValueError(f"variant {variant_name!r} declares no changes: nothing to ablate")
+        raise ValueError(f"variant {variant_name!r} declares no change that can be reverted: nothing to ablate"
+                         + (f"; without a revert: {'; '.join(fixed)}" if fixed else ""))
+    if fixed:
+        log.warning("%s: no ablation row for the changes without a revert: %s", variant_name, "; ".join(fixed))
     if not allow_undeclared:
         refuse_undeclared(task_name, entries[:1], config.get("preset"), config.get("model", {}))
     budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))

@@ -76,7 +76,7 @@ DATASETS = ("synapse", "acdc")  # the slice/volume layouts read here
 NIFTI_DATASETS = ("decathlon", "nnunet", "pairs")  # the NIfTI layouts of tasks.medseg.nifti_layout
 # the phantom written as a NIfTI folder; phantom3d: its 3D form, smaller cases that 3D models train on with a CPU
 PHANTOM_NIFTI = {"phantom-nifti": "decathlon", "phantom-nnunet": "nnunet", "phantom3d": "decathlon"}
-PHANTOM_3D = {"slices": 32, "size": (64, 80)}  # 32 slices of 2.5 mm, 64-80 rows and columns of 0.7-0.9 mm
+PHANTOM_3D = {"slices": 64, "size": (64, 72)}  # 64 slices of 2.5 mm, 64-72 rows and columns of 0.7-0.9 mm
 ALL_DATASETS = (*DATASETS, *NIFTI_DATASETS, *PHANTOM_NIFTI)
 ACDC_CLASSES = ["background", "RV", "Myo", "LV"]
 

@@ -42,10 +42,10 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
 
     ``members`` and ``save_probabilities``: an ensemble and ``CASE.npz`` files as :func:`tasks.medseg.predict.predict`
     describes them (probabilities on the run's canonical grid)."""
+    from tasks.medseg.case_prediction import predict_case
     from tasks.medseg.nifti_data import Preprocessing, preprocess_case
     from tasks.medseg.nifti_geometry import to_original, write_label_nifti
     from tasks.medseg.nifti_scoring import OriginalGeometryScores
-    from tasks.medseg.predict import predict_case
 
     task, info = run.task, run.preprocessing["nifti"]
     prep = Preprocessing.from_dict(info["preprocessing"])

@@ -118,12 +118,13 @@ def _augmentation(a: Augmentation):
     return T.Compose(steps)
 
 
-def default_patch(shapes: Sequence[Sequence[int]], cap: Sequence[int] = (32, 64, 64),
-                  multiple: int = 16) -> tuple[int, int, int]:
+def default_patch(shapes: Sequence[Sequence[int]], cap: Sequence[int] = (32, 64, 64), multiple: int = 16,
+                  min_side: int = 16) -> tuple[int, int, int]:
     """A CPU-sized patch for cases of ``shapes``: per axis the median size, rounded up to ``multiple`` (what the
-    networks' downsampling needs), at most ``cap``."""
+    networks' downsampling needs), at most ``cap``, at least ``min_side`` (what the network needs)."""
     median = np.median(np.asarray([tuple(s)[-3:] for s in shapes]), axis=0)
-    sizes = [min(int(c), max(multiple, int(np.ceil(m / multiple)) * multiple)) for m, c in zip(median, cap)]
+    sizes = [max(min_side, min(int(c), max(multiple, int(np.ceil(m / multiple)) * multiple)))
+             for m, c in zip(median, cap)]
     return sizes[0], sizes[1], sizes[2]
 
 

@@ -111,9 +111,12 @@ class MedsegData:
         planned once from every training case of the data, as nnU-Net plans, so that the folds of a
         cross-validation agree (their ensemble needs it)."""
         from tasks.medseg.patches import check_patch, default_patch
+        from zoo.registry import get_variant
 
+        needs = get_variant(self.config.variant, self.name).config_class  # its ClassVars: multiple, min_side
         shapes = [v.shape for v in train]
-        self.patch_size = self.config.patch or default_patch(shapes)
+        self.patch_size = self.config.patch or default_patch(shapes, multiple=max(16, getattr(needs, "multiple", 16)),
+                                                             min_side=getattr(needs, "min_side", 16))
         check_patch(self.patch_size, shapes)
         spacings = [v.spacing for v in train if v.spacing is not None]
         median = np.median(np.asarray(spacings, dtype=float), axis=0) if spacings else np.ones(3)

@@ -12,7 +12,8 @@ measured number and, when it fails, the reason:
   variant with every change reverted still differs from that counterpart (sizes, choices, values inside
   option dicts) is a failure naming the field, both values and the fix; and a builder of the variant's own
   must build, from the classic config, the modules the builder of the model it patches builds;
-* ``revert NAME`` — one per change: reverting it alone moves its part (it is not a no-op), alters the module
+* ``revert NAME`` — one per change (not applicable to a change declared with ``no_revert``, which says why it has no
+  revert): reverting it alone moves its part (it is not a no-op), alters the module
   types or parameters of no part outside those it declares (its own, and those it ``resizes`` or is
   ``also_in``), and brings back the classic counterpart's own module types at its part (sizes may differ
   where other changes set them; a part changed twice is reverted whole). A change of the ``objective`` or
@@ -196,8 +197,11 @@ class _Preset:
         reached = {p for c in variant.changes for p in c.parts}
         problems += [f"undeclared change at {describe(theirs, self.mine, p)}" for p in measured
                      if p not in reached and p not in by_builder]
+        unmeasurable = {c.part for c in variant.changes if not c.revertible} - {
+            c.part for c in variant.changes if c.revertible}  # parts whose every change has no revert
         problems += [f"{p} is declared but measures the same as the classic counterpart"
-                     for p in variant.parts_changed if p not in measured and p not in PROCEDURES]
+                     for p in variant.parts_changed if p not in measured and p not in PROCEDURES
+                     and p not in unmeasurable]
         text = "; ".join(filter(None, [", ".join(measured) or "none", reference.note]))
         rows = [self.row("changes", not problems, text, "; ".join(problems))]
         return rows + [self.revert(change) for change in variant.changes]
@@ -206,6 +210,8 @@ class _Preset:
         """Revert ``change`` alone: it must move its part, alter nothing outside the parts it declares, and
         (with the other changes of its part) bring back the classic model's own module types there."""
         check = f"revert {change.name}"
+        if not change.revertible:
+            return self.row(check, None, f"not revertible: {change.no_revert}")
         if not change.revert:
             return self.row(check, False, "no revert", "the change declares no revert overrides")
         reverted = self.config_with(change.revert)

@@ -22,6 +22,7 @@ as ``undeclared``), then compare per part (see :data:`core.parts.PARTS`):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections import Counter
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -176,7 +177,7 @@ def attribute_steps(variant: Variant, task: TaskShape, preset: str | None, overr
         if reverted != start:
             steps.append(_undeclared_step(start, reverted))
             start = reverted
-    if not variant.changes:  # the classic base itself: nothing to attribute
+    if not variant.independent_changes():  # the classic base itself, or only changes without a revert
         return steps
     middle = [snapshot(variant.build(c), variant, c, task) for c in configs[1:-1]]
     return steps + attribute(variant.attribution_order(), [start, *middle, ends[1]])
@@ -212,16 +213,27 @@ def activation_bytes(model: nn.Module, inputs: tuple) -> int:
 
 def flop_profile(model: nn.Module, variant: Variant, config: Any, task: TaskShape) -> dict[str, Any]:
     """FLOPs per part at the task's size, and how attention FLOPs (whole part, and kernel alone) grow at
-    1×, 2×, 4× the task's size, with the fitted exponent of the token count N."""
+    1×, 2×, 4× the task's size, with the fitted exponent of the token count N.
+
+    A 3D model grown 4× in plane sees 16× the voxels of its patch (gigabytes of activations): beyond the task's
+    size it is built and run on the meta device, where the FLOP counter counts from shapes alone.
+    """
     spec = task
     base = spec.for_config(config)
     by_part, attention, kernel = None, [], []
     for k in SCALES:
         shape = spec.scaled(base, k)
+        inputs = variant.example_input(config, shape) if k == 1 else None
         if spec.config_keys and k > 1:  # a model built for one image size: rebuild it for this one
             config = dataclasses.replace(config, **spec.config_overrides(shape))
-            model = variant.build(config)
-        parts, kernel_k = _split_flops(model, *module_flops(model, variant.example_input(config, shape)))
+            on_meta = variant.spatial_dims == 3
+            with torch.device("meta") if on_meta else contextlib.nullcontext():
+                model = variant.build(config)
+            inputs = tuple(x.to("meta") if on_meta and isinstance(x, Tensor) else x
+                           for x in variant.example_input(config, shape))
+        elif inputs is None:
+            inputs = variant.example_input(config, shape)
+        parts, kernel_k = _split_flops(model, *module_flops(model, inputs))
         by_part = by_part or parts
         attention.append(parts["attention"])
         kernel.append(kernel_k)
@@ -331,7 +343,8 @@ def measure(
         "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
         "summary": variant.summary,
         "changes": [{"name": c.name, "part": c.part, "classic": c.classic, "variant": c.variant, "flaw": c.flaw,
-                     "scope": c.scope, "resizes": dict(c.resizes), "also_in": dict(c.also_in)}
+                     "scope": c.scope, "resizes": dict(c.resizes), "also_in": dict(c.also_in),
+                     "no_revert": c.no_revert}
                     for c in variant.changes],
         "parts": parts,
         "totals": totals,

@@ -10,14 +10,14 @@ Each change below can be reverted alone through its ``revert`` overrides (leave-
 
 from zoo.missformer.attention import EfficientSelfAttention, SpatialReduction
 from zoo.missformer.bridge import BridgeLayout, ContextBridge
-from zoo.missformer.config import DEFAULT_PRESET, PRESETS, MISSFormerConfig
+from zoo.missformer.config import DEFAULT_PRESET, PRESETS, PRESETS_3D, MISSFormer3DConfig, MISSFormerConfig
 from zoo.missformer.decoder import PatchExpand, SegmentationHead, UShapedDecoder
 from zoo.missformer.encoder import HierarchicalEncoder, OverlapPatchEmbedding
 from zoo.missformer.ffn import ReMixFFN
 from zoo.missformer.model import MISSFormer
 from zoo.missformer.official_weights import load_official_weights
 from zoo.registry import Change, Paper, Variant, register
-from zoo.vision import image_inputs
+from zoo.vision import image_inputs, volume_inputs
 
 PAPER = Paper("MISSFormer: An Effective Medical Image Segmentation Transformer", 2021,
               "https://arxiv.org/abs/2109.07162")
@@ -109,8 +109,35 @@ VARIANT = register(
     )
 )
 
+# The same parts in 3D (the official code is 2D only): 3D convolutions, d×h×w token maps, the context bridge over
+# 3D tokens. Every change is the 2D one; the embedding's cannot be reverted, the vocabulary tokenizer being 2D.
+CHANGES_3D = tuple(
+    Change(c.part, c.classic, c.variant.replace("7×7 convolution", "7×7×7 convolution"), c.flaw, c.scope,
+           name=c.name, no_revert="the patch and vocabulary tokenizers exist in 2D only")
+    if c.part == "embedding" else c for c in CHANGES
+)
+
+VARIANT_3D = register(
+    Variant(
+        name="missformer3d",
+        paper=PAPER,
+        tasks=("medseg",),
+        config_class=MISSFormer3DConfig,
+        presets=PRESETS_3D,
+        build=MISSFormer,
+        changes=CHANGES_3D,
+        default_preset="cpu",
+        summary="MISSFormer's parts on volumes: 3D overlapping patch embedding, efficient attention with keys from a "
+                "map reduced R× per side (R³ fewer keys), 3×3×3 ReMix-FFN, the context bridge over the 3D tokens of "
+                "all stages, and a U-shaped decoder with 2×2×2 patch expanding.",
+        example_input=volume_inputs,
+        spatial_dims=3,
+    )
+)
+
 __all__ = [
-    "CHANGES", "PAPER", "PRESETS", "VARIANT", "BridgeLayout", "ContextBridge", "EfficientSelfAttention",
-    "HierarchicalEncoder", "MISSFormer", "MISSFormerConfig", "OverlapPatchEmbedding", "PatchExpand", "ReMixFFN",
-    "SegmentationHead", "SpatialReduction", "UShapedDecoder", "load_official_weights",
+    "CHANGES", "CHANGES_3D", "PAPER", "PRESETS", "PRESETS_3D", "VARIANT", "VARIANT_3D", "BridgeLayout",
+    "ContextBridge", "EfficientSelfAttention", "HierarchicalEncoder", "MISSFormer", "MISSFormer3DConfig",
+    "MISSFormerConfig", "OverlapPatchEmbedding", "PatchExpand", "ReMixFFN", "SegmentationHead", "SpatialReduction",
+    "UShapedDecoder", "load_official_weights",
 ]

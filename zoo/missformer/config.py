@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from core.attention import KERNELS
 from core.errors import check_bool, check_choices, check_int_tuple, check_positive, check_probability
 from core.ffn import ACTIVATIONS
+from zoo.vision import volume_patch
 
 TOKENIZERS = ("overlap", "patch", "vocabulary")
 POSITIONS = ("none", "sinusoidal")
@@ -197,12 +198,7 @@ class MISSFormer3DConfig(MISSFormerBase):
     spatial_dims = 3
 
     def _check_input(self) -> None:
-        self.patch_size = check_int_tuple("patch_size", self.patch_size)
-        if len(self.patch_size) != 3:
-            raise ValueError(f"patch_size must be (D, H, W), three sides, got {self.patch_size}")
-        if self.image_size is not None:
-            check_positive("image_size", self.image_size)
-            self.patch_size = (self.patch_size[0], self.image_size, self.image_size)
+        self.patch_size = volume_patch(self.patch_size, self.image_size)
         if self.tokens != "overlap":
             raise ValueError(f"tokens={self.tokens!r}: the 3D model has only the overlapping patch embedding "
                              "(tokens='overlap'); the patch and vocabulary tokenizers are 2D")

@@ -22,7 +22,11 @@ def test_declared_changes_are_exactly_the_measured_ones(name):
         report = measure(name, task_shape(task), memory=False)
         measured = {p["part"] for p in report["parts"] if p["measured_change"]}
         procedures = {p["part"] for p in report["parts"] if p["procedure_only"]}  # e.g. DeiT's objective
-        assert measured == set(variant.parts_reached) - procedures, (task, report["parts"])
+        # a change MONAI's network has no switch for (no_revert) is declared but never applied, so never measured
+        unreverted = {p for c in variant.changes if not c.revertible for p in c.parts}
+        reverted = {p for c in variant.changes if c.revertible for p in c.parts}
+        assert measured == reverted - procedures, (task, report["parts"])
+        assert set(variant.parts_reached) == reverted | unreverted
         assert procedures <= set(PROCEDURES)  # only a procedure may change without a module
         for part in (p for p in report["parts"] if p["procedure_only"]):
             assert part["params"]["classic"] == part["params"]["variant"] == 0 == part["flops"]["variant"]
@@ -30,7 +34,7 @@ def test_declared_changes_are_exactly_the_measured_ones(name):
         # attention must differ from global attention at the stage widths, not merely be wider), and no
         # difference is booked to a part its change does not name.
         lines = [line for p in report["parts"] for line in p["attribution"]]
-        for change in (c for c in variant.changes if c.part not in procedures):
+        for change in (c for c in variant.changes if c.part not in procedures and c.revertible):
             own = [line for line in lines if line["change"] == change.name and line["kind"] == "own"]
             assert any(line["structure"] != "same" or line["params"]["delta"] for line in own), (task, change.name)
         assert not [line for line in lines if line["kind"] == "undeclared"], task
@@ -50,6 +54,9 @@ def test_each_change_reverts_to_the_classic_choice(name):
         variant = zoo.get_variant(name, task)
         classic = variant.config(None, **variant.classic_overrides())
         for change in variant.changes:
+            if not change.revertible:  # says why instead, and has no ablation row (zoo.registry.Change)
+                assert change.no_revert and not change.revert
+                continue
             assert change.revert, f"{name}: change of {change.part} has no revert"
             reverted = variant.config(None, **change.revert)
             assert all(getattr(reverted, k) == getattr(classic, k) for k in change.revert)
@@ -85,7 +92,8 @@ def test_json_schema_is_stable():
     assert report["schema"] == 2
     assert report["counterpart"] == {"base": "classic", "preset": "tiny", "reference_sizes": True, "note": ""}
     assert report["undeclared"] == []  # a fair patch: no config field differs from classic's tiny undeclared
-    assert set(report["changes"][0]) == {"name", "part", "classic", "variant", "flaw", "scope", "resizes", "also_in"}
+    assert set(report["changes"][0]) == {"name", "part", "classic", "variant", "flaw", "scope", "resizes", "also_in",
+                                         "no_revert"}
     part = report["parts"][0]
     assert set(part) == {"part", "declared", "reached_by", "measured_change", "procedure_only", "flops_only",
                          "structure", "removed", "added", "params", "flops", "attribution", "at_variant_sizes"}

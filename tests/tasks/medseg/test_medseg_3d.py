@@ -1,0 +1,157 @@
+"""3D segmentation end to end on a tiny phantom NIfTI folder: patch training of a 3D variant (dynunet, preset tiny),
+sliding-window evaluation and prediction on each input's own grid, a two-fold ``zoo cv`` predicted as an ensemble with
+mirroring and saved probabilities, and a 2D and a 3D run compared on the same cases with paired tests.
+
+Tiny folder: 4 training cases and 1 labelled test case of 20 slices of 40-48 pixels; patches of 16×32×32; one epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+
+from tasks.cli.main import main
+from tasks.medseg.cv import cross_validate
+from tasks.medseg.phantom_nifti import write_phantom_nifti
+from tasks.medseg.predict import predict
+from tasks.medseg.task import MedsegConfig, MedsegTask
+from tasks.runs.evaluate import evaluate_run
+from tasks.runs.records import read_records
+from tasks.runs.run import load_run
+from tasks.runs.training import train
+
+TRAIN = ("case0005", "case0006", "case0007", "case0008")
+TINY3D = {"slices": 20, "size": (40, 48), "train_cases": TRAIN, "test_cases": ("case0001",)}
+SMALL = {"epochs": 1, "batch_size": 2, "patches_per_case": 2, "folds": 2, "progress": False, "overlay_slices": 2,
+         "device": "cpu", "variant": "dynunet", "preset": "tiny", "patch_size": "16,32,32"}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nifti3d")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ZOO_CACHE", str(root / "cache"))
+        yield write_phantom_nifti(root / "dec", "decathlon", **TINY3D), root
+
+
+@pytest.fixture(scope="module")
+def cv(folder):
+    """A two-fold cross-validation of the 3D CNN baseline: the folder of fold_0 and fold_1."""
+    data, root = folder
+    cross_validate(MedsegConfig(data=str(data), out=str(root / "cv"), **SMALL))
+    return root / "cv"
+
+
+def test_a_3d_run_records_its_patch_and_reports_the_sliding_window(cv):
+    info = json.loads((cv / "fold_0" / "run.json").read_text())
+    pre = info["preprocessing"]
+    assert pre["spatial_dims"] == 3 and pre["patch_size"] == [16, 32, 32]
+    assert len(pre["voxel_spacing"]) == 3 and "sliding window" in pre["resize"]
+    report = (cv / "fold_0" / "report.md").read_text()
+    assert "3D patches of 16×32×32 voxels" in report
+    assert "sliding window of 16×32×32 voxels, overlap 0.5, gaussian weighting" in report
+    final = json.loads((cv / "fold_0" / "metrics.json").read_text())["final"]["test"]
+    assert 0.0 <= final["dice"] <= 1.0 and np.isfinite(final["dice"])
+    records, _ = read_records(cv / "fold_0", "test")
+    assert [r["case"] for r in records] == ["case0001"]
+
+
+def test_evaluate_reproduces_the_training(cv, tmp_path):
+    run = load_run(cv / "fold_0")
+    metrics, _ = evaluate_run(run, out=tmp_path / "eval")
+    trained = json.loads((cv / "fold_0" / "metrics.json").read_text())["final"]["test"]
+    assert metrics["test"]["dice"] == trained["dice"] and metrics["test"]["hd95"] == trained["hd95"]
+
+
+def test_predictions_keep_each_inputs_shape_affine_and_orientation(cv, folder, tmp_path):
+    data, _ = folder
+    run = load_run(cv / "fold_0")
+    inputs = sorted((data / "imagesTr").glob("*.nii.gz"))[:2] + sorted((data / "imagesTs").glob("*.nii.gz"))
+    predict(run, inputs, tmp_path, progress=False, save_probabilities=True)
+    for image in inputs:
+        written, stored = nib.load(tmp_path / image.name), nib.load(image)
+        assert written.shape == stored.shape
+        np.testing.assert_allclose(written.affine, stored.affine, atol=1e-5)
+        assert nib.aff2axcodes(written.affine) == nib.aff2axcodes(stored.affine)  # the phantom stores several
+        saved = np.load(tmp_path / image.name.replace(".nii.gz", ".npz"))
+        probabilities = saved["probabilities"].astype(np.float32)  # (K, D, H, W) on the run's canonical grid
+        assert probabilities.shape[0] == run.task.num_classes == len(saved["class_names"])
+        np.testing.assert_allclose(probabilities.sum(0), 1.0, atol=1e-2)  # float16 storage
+        assert "canonical grid" in str(saved["grid"])
+
+
+def test_an_ensemble_of_two_identical_folds_equals_one_fold(cv):
+    run = load_run(cv / "fold_0")
+    run.task.setup()
+    volume = run.task.volumes["test"][0]
+    one = run.task.predict_probabilities(run.model, volume)
+    two = run.task.predict_probabilities([run.model, run.model], volume)
+    assert one.shape == (run.task.num_classes, *volume.shape)
+    assert torch.equal(one, two)
+    assert np.array_equal(run.task.predict_volume([run.model, run.model], volume), run.task.labels_of(one, volume))
+
+
+def test_a_cv_folder_predicts_and_evaluates_as_an_ensemble_with_mirroring(cv, folder, tmp_path, capsys):
+    data, _ = folder
+    inputs = sorted((data / "imagesTs").glob("*.nii.gz"))
+    out = tmp_path / "pred"
+    assert main(["predict", str(cv), *map(str, inputs), "--out", str(out), "--tta", "mirror", "--save-probabilities",
+                 "--labels", str(data / "labelsTs"), "--quiet"]) == 0
+    assert "mean Dice" in capsys.readouterr().out
+    folds = [load_run(cv / f"fold_{k}") for k in (0, 1)]
+    task = folds[0].task
+    task.config = type(task.config)(**{**task.config.to_dict(), "tta": "mirror"})
+    task.setup()
+    volume = task.volumes["test"][0]
+    expected = task.predict_probabilities([f.model for f in folds], volume, mirror=True)  # mean over folds and flips
+    saved = np.load(out / inputs[0].name.replace(".nii.gz", ".npz"))["probabilities"]
+    np.testing.assert_allclose(saved.astype(np.float32), expected.numpy(), atol=1e-3)  # float16 storage
+    assert task.mirror_axes() == (0, 1)  # the phantom's W runs from left to right: never flipped by default
+    assert main(["evaluate", str(cv), "--tta", "mirror", "--out", str(tmp_path / "eval")]) == 0
+    report = (tmp_path / "eval" / "report.md").read_text()
+    assert "ensemble of 2 models" in report and "4 flips along axes D, H" in report
+    summary = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert summary["ensemble"] == [str(cv / "fold_0"), str(cv / "fold_1")]
+
+
+def test_a_2d_and_a_3d_run_compare_on_the_same_cases(cv, folder, tmp_path):
+    from tasks.compare.sweep import compare_runs
+
+    data, root = folder
+    two_d = MedsegConfig(data=str(data), out=str(tmp_path / "unet2d"), **{**SMALL, "variant": "basicunet",
+                                                                         "preset": None, "image_size": 32})
+    train(MedsegTask, two_d)
+    comparison = compare_runs("medseg", [tmp_path / "unet2d", cv / "fold_0"], tmp_path / "compare",
+                              baseline="basicunet")
+    text = (tmp_path / "compare" / "report.md").read_text()
+    assert "dynunet" in text and "basicunet" in text
+    assert comparison  # a dict describing the rows: each row paired on the one test case both predicted
+
+
+def test_a_patch_larger_than_every_case_is_refused(folder, tmp_path):
+    data, _ = folder
+    config = MedsegConfig(data=str(data), out=str(tmp_path / "run"), **{**SMALL, "patch_size": "64,32,32"})
+    with pytest.raises(ValueError, match="larger than every training case along axis 0"):
+        train(MedsegTask, config)
+
+
+def test_a_missing_fold_is_refused_by_predict(cv, folder, tmp_path, capsys):
+    import shutil
+
+    data, _ = folder
+    partial = tmp_path / "partial"
+    shutil.copytree(cv, partial, ignore=shutil.ignore_patterns("fold_1"))
+    image = str(next((data / "imagesTs").glob("*.nii.gz")))
+    assert main(["predict", str(partial), image, "--out", str(tmp_path / "p")]) != 0
+    error = capsys.readouterr().err.strip()
+    assert "has 2 folds but no finished run in fold_1" in error and len(error.splitlines()) == 1  # one line
+
+
+def test_predictions_of_3d_runs_need_their_patch(cv):
+    info = json.loads((Path(cv) / "fold_0" / "run.json").read_text())
+    assert info["variant"] == "dynunet" and info["variant_config"]["patch_size"] == [16, 32, 32]
