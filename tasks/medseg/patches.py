@@ -128,13 +128,15 @@ def default_patch(shapes: Sequence[Sequence[int]], cap: Sequence[int] = (32, 64,
     return sizes[0], sizes[1], sizes[2]
 
 
-def check_patch(patch: Sequence[int], shapes: Sequence[Sequence[int]]) -> None:
-    """Refuse a patch larger, along an axis, than every case: padded to it, no case would fill any patch."""
+def check_patch(patch: Sequence[int], shapes: Sequence[Sequence[int]], multiple: int = 16) -> None:
+    """Refuse a patch larger, along an axis, than every case padded to the next multiple of ``multiple`` (the
+    padding a network that divides by it needs): no case would fill any patch."""
     largest = np.max(np.asarray([tuple(s)[-3:] for s in shapes]), axis=0)
     for axis, (p, big) in enumerate(zip(patch, largest)):
-        if p > big:
-            fitting = tuple(min(int(q), int(b)) for q, b in zip(patch, largest))
+        padded = int(np.ceil(big / multiple)) * multiple
+        if p > padded:
+            fitting = tuple(min(int(q), int(np.ceil(b / multiple)) * multiple) for q, b in zip(patch, largest))
             raise ValueError(f"--patch-size {','.join(map(str, patch))} is larger than every training case along "
-                             f"axis {axis} ({'DHW'[axis]}: largest {int(big)} voxels after resampling), so every patch "
-                             f"would be partly padding: use at most {','.join(map(str, fitting))} (rounded to what the "
-                             "model divides by)")
+                             f"axis {axis} ({'DHW'[axis]}: largest {int(big)} voxels after resampling, {padded} "
+                             f"padded to a multiple of {multiple}), so every patch would be mostly padding: use at "
+                             f"most {','.join(map(str, fitting))}")

@@ -113,11 +113,12 @@ class MedsegData:
         from tasks.medseg.patches import check_patch, default_patch
         from zoo.registry import get_variant
 
-        needs = get_variant(self.config.variant, self.name).config_class  # its ClassVars: multiple, min_side
+        variant = get_variant(self.config.variant, self.name)
+        needs = variant.config(self.config.preset)  # what the network divides by (multiple) and needs (min_side)
+        multiple, min_side = max(16, int(getattr(needs, "multiple", 16))), int(getattr(needs, "min_side", 16))
         shapes = [v.shape for v in train]
-        self.patch_size = self.config.patch or default_patch(shapes, multiple=max(16, getattr(needs, "multiple", 16)),
-                                                             min_side=getattr(needs, "min_side", 16))
-        check_patch(self.patch_size, shapes)
+        self.patch_size = self.config.patch or default_patch(shapes, multiple=multiple, min_side=min_side)
+        check_patch(self.patch_size, shapes, multiple)
         spacings = [v.spacing for v in train if v.spacing is not None]
         median = np.median(np.asarray(spacings, dtype=float), axis=0) if spacings else np.ones(3)
         self.voxel_spacing = tuple(round(float(x), 4) for x in median)

@@ -155,3 +155,13 @@ def test_a_missing_fold_is_refused_by_predict(cv, folder, tmp_path, capsys):
 def test_predictions_of_3d_runs_need_their_patch(cv):
     info = json.loads((Path(cv) / "fold_0" / "run.json").read_text())
     assert info["variant"] == "dynunet" and info["variant_config"]["patch_size"] == [16, 32, 32]
+
+
+def test_missformer3d_trains_with_the_default_patch(folder, tmp_path):
+    data, _ = folder  # 20-22 slices of 40-48 pixels: the patch is padded up to what the model divides by (32)
+    config = MedsegConfig(data=str(data), out=str(tmp_path / "mf3d"),
+                          **{**SMALL, "variant": "missformer3d", "patch_size": None, "patches_per_case": 1})
+    summary = train(MedsegTask, config)
+    pre = json.loads((tmp_path / "mf3d" / "run.json").read_text())["preprocessing"]
+    assert pre["patch_size"] == [32, 64, 64] and pre["spatial_dims"] == 3  # each side rounded up to 32
+    assert summary["final"]["test"]["dice"] >= 0.0
