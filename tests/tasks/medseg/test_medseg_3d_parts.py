@@ -74,7 +74,7 @@ def test_patch_planning_and_its_errors():
     assert default_patch([(33, 65, 73), (31, 80, 85), (32, 70, 72)]) == (32, 64, 64)
     assert default_patch([(9, 20, 20)] * 3) == (16, 32, 32)  # rounded up to a multiple of 16
     check_patch((32, 64, 64), [(33, 65, 73), (20, 60, 60)])
-    check_patch((48, 96, 96), [(33, 65, 73), (31, 80, 85)])  # padded to the next multiple of 16: 48, 80, 96
+    check_patch((48, 80, 96), [(33, 65, 73), (31, 80, 85)])  # padded to the next multiple of 16: 48, 80, 96
     with pytest.raises(ValueError, match=r"--patch-size 64,64,64 is larger than every training case along axis 0"):
         check_patch((64, 64, 64), [(33, 65, 73), (31, 80, 85)])
     with pytest.raises(ValueError, match="patch must be three positive sizes"):
