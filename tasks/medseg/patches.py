@@ -74,7 +74,7 @@ class PatchSampler:
                                              neg=1.0 - self.foreground, num_samples=1,
                                              fg_indices_key="label_fg_indices", bg_indices_key="label_bg_indices",
                                              allow_smaller=False)
-        self.augment = _augmentation(augmentation) if augmentation is not None else None
+        self.augment = augmentation_transform(augmentation, dims=3) if augmentation is not None else None
 
     def __len__(self) -> int:
         return len(self.cases)
@@ -99,8 +99,9 @@ def _plain(x) -> Tensor:
     return x.as_tensor() if hasattr(x, "as_tensor") else torch.as_tensor(x)
 
 
-def _augmentation(a: Augmentation):
-    """MONAI's 3D dictionary transforms for ``a``; labels by nearest neighbour."""
+def augmentation_transform(a: Augmentation, dims: int):
+    """MONAI's dictionary transforms for ``a`` on a 2D slice or a 3D patch (``dims``): geometry on image and label
+    alike, the label by nearest neighbour; rotation about the first axis (in the H × W plane), flips along W."""
     import monai.transforms as T
 
     keys, steps = ("image", "label"), []
@@ -109,9 +110,9 @@ def _augmentation(a: Augmentation):
                                    mode=("bilinear", "nearest"), padding_mode="zeros"))
     if a.zoom:
         steps.append(T.RandZoomd(keys, prob=0.5, min_zoom=1 - a.zoom, max_zoom=1 + a.zoom, keep_size=True,
-                                 mode=("trilinear", "nearest"), padding_mode="constant"))
+                                 mode=("trilinear" if dims == 3 else "bilinear", "nearest"), padding_mode="constant"))
     if a.flip_prob:
-        steps.append(T.RandFlipd(keys, prob=a.flip_prob, spatial_axis=2))
+        steps.append(T.RandFlipd(keys, prob=a.flip_prob, spatial_axis=dims - 1))
     if a.intensity:
         steps.append(T.RandShiftIntensityd("image", offsets=a.intensity, prob=0.5))
         steps.append(T.RandScaleIntensityd("image", factors=a.intensity, prob=0.5))

@@ -113,23 +113,11 @@ class MedsegTraining:
         return bool(c.rotate_degrees or c.zoom or c.intensity or c.flip_prob)
 
     def _augmentation(self):
-        """MONAI's dictionary transforms on one ``(1, S, S)`` slice: geometry on image and label alike."""
-        import monai.transforms as T
+        """MONAI's dictionary transforms on one ``(1, S, S)`` slice (the 3D patches' function, in 2D)."""
+        from tasks.medseg.patches import Augmentation, augmentation_transform
 
-        c, keys = self.config, ("image", "label")
-        steps = []
-        if c.rotate_degrees:
-            steps.append(T.RandRotated(keys, range_x=np.deg2rad(c.rotate_degrees), prob=0.5,
-                                       mode=("bilinear", "nearest"), padding_mode="zeros"))
-        if c.zoom:
-            steps.append(T.RandZoomd(keys, prob=0.5, min_zoom=1 - c.zoom, max_zoom=1 + c.zoom,
-                                     mode=("bilinear", "nearest"), padding_mode="constant"))
-        if c.flip_prob:
-            steps.append(T.RandFlipd(keys, prob=c.flip_prob, spatial_axis=1))
-        if c.intensity:
-            steps.append(T.RandShiftIntensityd("image", offsets=c.intensity, prob=0.5))
-            steps.append(T.RandScaleIntensityd("image", factors=c.intensity, prob=0.5))
-        return T.Compose(steps)
+        c = self.config
+        return augmentation_transform(Augmentation(c.rotate_degrees, c.zoom, c.intensity, c.flip_prob), dims=2)
 
     def train_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
         """Shuffled batches of rows ``(index, epoch)`` of a slice (2D) or of a case's patch (3D: ``patches_per_case``

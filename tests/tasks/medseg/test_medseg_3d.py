@@ -130,7 +130,9 @@ def test_a_2d_and_a_3d_run_compare_on_the_same_cases(cv, folder, tmp_path):
                               baseline="basicunet")
     text = (tmp_path / "compare" / "report.md").read_text()
     assert "dynunet" in text and "basicunet" in text
-    assert comparison  # a dict describing the rows: each row paired on the one test case both predicted
+    rows = {row["variant"]: row for row in comparison["rows"]}
+    assert set(rows) == {"basicunet", "dynunet"}
+    assert rows["dynunet"]["delta"] is not None and len(rows["dynunet"]["delta_ci95"]) == 2  # paired, case by case
 
 
 def test_a_patch_larger_than_every_case_is_refused(folder, tmp_path):
