@@ -83,3 +83,20 @@ def parameters_by_part(model: nn.Module) -> OrderedDict[str, int]:
         module_name = name.rpartition(".")[0]
         counts[owner.get(module_name, "stacking")] += param.numel()
     return counts
+
+
+BACKBONE = "backbone"  # --freeze's shorthand for every part but the head (linear probing)
+
+
+def freeze_parts(model: nn.Module, parts: list[str] | tuple[str, ...]) -> int:
+    """Stop the gradients of every parameter whose module belongs to one of ``parts`` (``backbone``: all but
+    ``head``); returns how many values were frozen. Shared parameters are frozen where any owner is."""
+    wanted = {check_part(p) for p in parts if p != BACKBONE} | ({p for p in PARTS if p != "head"} if BACKBONE in parts
+                                                                 else set())
+    owner = module_parts(model)
+    frozen = 0
+    for name, param in model.named_parameters():
+        if owner.get(name.rpartition(".")[0], "stacking") in wanted:
+            param.requires_grad_(False)
+            frozen += param.numel()
+    return frozen

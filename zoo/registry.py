@@ -13,14 +13,18 @@ change of its own, so no ablation row measures another change's consequence.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from core.errors import unknown_name
 from core.parts import check_part
+
+log = logging.getLogger(__name__)
 
 SCOPES = ("general", "task-specific")
 
@@ -145,6 +149,9 @@ class Variant:
     # 2: the model takes images or slices; 3: volumes, so the medseg task trains it on 3D patches and predicts
     # whole cases through a sliding window (tasks.medseg.patches, tasks.medseg.sliding).
     spatial_dims: int = 2
+    # Renames a checkpoint of the reference implementation (timm, MONAI) to this model's names, for
+    # `zoo train --init-from` and `create(pretrained=...)` (zoo.weights.transfer); None: only runs of this package.
+    import_weights: Callable[[dict[str, Any], nn.Module], dict[str, Any]] | None = None
 
     def config(self, preset: str | None = None, **overrides: Any) -> Any:
         """The validated config of ``preset`` (default: ``default_preset``) with ``overrides`` applied."""
@@ -363,7 +370,28 @@ def list_variants(task: str | None = None) -> list[str]:
     return [n for n, regs in _REGISTRY.items() if task is None or any(task in v.tasks for v in regs)]
 
 
-def create(name: str, preset: str | None = None, task: str | None = None, **overrides: Any) -> nn.Module:
-    """Build variant ``name`` from ``preset`` with config ``overrides``: ``create("classic", preset="tiny")``."""
+def create(name: str, preset: str | None = None, task: str | None = None, pretrained: str | Path | None = None,
+           **overrides: Any) -> nn.Module:
+    """Build variant ``name`` from ``preset`` with config ``overrides``: ``create("classic", preset="tiny")``.
+
+    ``pretrained``: a checkpoint to start from, as timm's ``create_model`` takes one — a ``.safetensors``/``.pth``
+    file of the reference implementation (timm, MONAI), a run or export of this package (then its saved config
+    is the starting point, unless ``preset`` is given), mapped by :func:`zoo.weights.transfer.load_pretrained`:
+    position tables resampled to a new image size, a head with other ``num_classes`` re-initialised; the
+    per-tensor report is logged (``zoo.weights.transfer.load_pretrained`` returns it).
+    """
     variant = get_variant(name, task)
-    return variant.build(variant.config(preset, **overrides))
+    if pretrained is None:
+        return variant.build(variant.config(preset, **overrides))
+    from core.configs import config_from_dict
+    from zoo.weights.sources import read_source
+    from zoo.weights.transfer import load_pretrained
+
+    source = read_source(pretrained)
+    saved = source.meta.get("variant_config") if source.variant == name and preset is None else None
+    config = variant.config(preset, **overrides) if saved is None else \
+        config_from_dict(variant.config_class, {**saved, **overrides})
+    model = variant.build(config)
+    transfer = load_pretrained(model, source, variant.import_weights)
+    log.info("%s", transfer.table())
+    return model

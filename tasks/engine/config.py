@@ -23,7 +23,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from core.configs import config_from_dict  # noqa: F401  (re-exported: run loading, sweeps)
 from core.errors import check_bool, check_int, check_number, check_positive, unknown_name
+from core.parts import BACKBONE, PARTS
 
 
 def cache_root() -> Path:
@@ -68,6 +70,8 @@ class TrainConfig:
     model: dict[str, Any] = field(default_factory=dict)  # override a variant config field (repeatable), e.g. d_model=64
     balance_weight: float = 1e-2  # weight of the MoE load-balancing loss (models without experts: unused)
     z_weight: float = 1e-3  # weight of the MoE router z-loss
+    init_from: str | None = None  # start from these weights: a timm/MONAI .pth/.safetensors, a run or export folder
+    freeze: str = ""  # parts that do not train, comma-separated (embedding,position...; backbone: all but the head)
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "accumulate"):
@@ -84,6 +88,7 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             raise unknown_name("precision", self.precision, PRECISIONS)
         tracker_names(self.track)
+        freeze_names(self.freeze)
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of variant config overrides, got {type(self.model).__name__}")
 
@@ -116,6 +121,17 @@ def tracker_names(track: object) -> list[str]:
     for name in names:
         if name not in TRACKERS:
             raise unknown_name("tracker (--track)", name, TRACKERS)
+    return names
+
+
+def freeze_names(freeze: object) -> list[str]:
+    """``--freeze``'s ``"embedding,position"`` as a list of parts (``backbone``: every part but the head)."""
+    if not isinstance(freeze, str):
+        raise TypeError(f"freeze must be a comma-separated string of parts, got {freeze!r}")
+    names = [name.strip() for name in freeze.split(",") if name.strip()]
+    for name in names:
+        if name not in (*PARTS, BACKBONE):
+            raise unknown_name("part (--freeze)", name, (*PARTS, BACKBONE))
     return names
 
 
@@ -260,22 +276,3 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[s
     """Fields (outside :data:`RESUMABLE_CHANGES`) whose values differ: name -> (saved, current)."""
     keys = (set(saved) | set(current)) - RESUMABLE_CHANGES
     return {k: (saved.get(k), current.get(k)) for k in sorted(keys) if saved.get(k) != current.get(k)}
-
-
-def config_from_dict(config_class: type, values: dict[str, Any]) -> Any:
-    """Rebuild a config dataclass from its JSON form (JSON turns tuples into lists; turn them back)."""
-    hints = typing.get_type_hints(config_class)
-    known = {f.name for f in dataclasses.fields(config_class) if f.init}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"fields {unknown} are not fields of {config_class.__name__}")
-    return config_class(**{k: _tuples(v, hints.get(k)) for k, v in values.items()})
-
-
-def _tuples(value: Any, hint: Any) -> Any:
-    if not isinstance(value, list) or hint is None:
-        return value
-    kinds = [hint, *typing.get_args(hint)]
-    if any(k is tuple or typing.get_origin(k) is tuple for k in kinds):
-        return tuple(_tuples(v, None) if not isinstance(v, list) else tuple(v) for v in value)
-    return value

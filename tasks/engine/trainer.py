@@ -38,6 +38,7 @@ from tasks.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint,
 from tasks.engine.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard
 from tasks.engine.mfu import run_utilisation
 from tasks.engine.precision import Precision, probe_training, resolve, training_step
+from tasks.engine.pretrained import freeze, initialise
 from tasks.engine.task import Task
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,11 @@ class Trainer:
             log.warning("--resume: %s holds no checkpoint yet; training from the beginning", self.out)
         c.check_paths()
         task.setup()
-        self.model = task.build_model().to(self.device)
+        self.model = task.build_model()
+        # --init-from (a resumed run's checkpoint holds its weights) and --freeze: tasks.engine.pretrained
+        self.initialisation = initialise(self.model, c) if not resuming else None
+        self.frozen = freeze(self.model, c)
+        self.model = self.model.to(self.device)
         self.optimizer = task.make_optimizer(self.model)
         steps_per_epoch = math.ceil(len(task.train_batches(0)) / c.accumulate)
         total_steps = steps_per_epoch * c.epochs

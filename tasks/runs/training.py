@@ -5,7 +5,8 @@
 usable and readable afterwards — ``config.json``, the task's artefacts (tokenizer, classes) and ``run.json``
 before the first step (what :func:`tasks.runs.run.load_run` rebuilds the model from, with the precision it
 trained in), and ``metrics.json``, ``curves.png`` and ``report.md`` (the task's section, the layers' statistics,
-the delta analysis of the trained variant) at the end; with ``--doctor`` the doctor watches the run
+the delta analysis of the trained variant) at the end; with ``--init-from``, ``init_from.md`` (where each
+tensor's starting value came from) and its record in ``run.json``; with ``--doctor`` the doctor watches the run
 (:class:`zoo.analysis.doctor.training.TrainingDoctor`).
 """
 
@@ -14,9 +15,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from core.atomic import write_json_atomic
+from core.atomic import write_json_atomic, write_text_atomic
 from core.sidechannels import layer_statistics
 from core.tables import markdown_table
 from tasks.engine.callbacks import Callback
@@ -27,6 +29,7 @@ from tasks.runs.run import RUN_FILE, run_info
 from tasks.runs.tracking import trackers
 
 log = logging.getLogger(__name__)
+INIT_FILE = "init_from.md"  # --init-from's per-tensor table (tasks.engine.pretrained)
 
 
 def train(task_class: type[Task], config, budget=None, callbacks: Sequence = ()) -> dict[str, Any]:
@@ -57,16 +60,41 @@ class RunFolder(Callback):
         trainer.config.save(out / "config.json")
         task.save_artifacts(out)
         # what `zoo.load_run` rebuilds the model from; `zoo evaluate` evaluates in the precision recorded here
-        write_json_atomic(out / RUN_FILE, {**run_info(task), "precision": trainer.precision_used})
+        start = _initialisation(trainer)
+        write_json_atomic(out / RUN_FILE, {**run_info(task), "precision": trainer.precision_used, **start})
 
     def section(self, trainer) -> str:
-        return "\n\n".join(s for s in (statistics_section(trainer.model), delta_section(trainer)) if s)
+        sections = (initialisation_section(trainer.out), statistics_section(trainer.model), delta_section(trainer))
+        return "\n\n".join(s for s in sections if s)
 
     def on_finish(self, trainer, summary: dict[str, Any], sections: list[str]) -> None:
         out = trainer.out
         (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
         plot_curves(trainer.history, trainer.task.main_metric, out / "curves.png")
         write_report(out / "report.md", trainer.config, summary, "\n\n".join(sections))
+
+
+def _initialisation(trainer) -> dict[str, Any]:
+    """``run.json``'s record of ``--init-from`` and ``--freeze``; writes ``init_from.md`` (the per-tensor table).
+
+    A resumed run loaded no weights from ``--init-from`` this time: it keeps the record its first start wrote.
+    """
+    c, out = trainer.config, trainer.out
+    record: dict[str, Any] = {}
+    if trainer.initialisation is not None:
+        record["init_from"] = trainer.initialisation.to_dict()
+        write_text_atomic(out / INIT_FILE, trainer.initialisation.table() + "\n")
+    elif c.init_from and (out / RUN_FILE).is_file():
+        record["init_from"] = json.loads((out / RUN_FILE).read_text()).get("init_from")
+    if c.freeze:
+        record["frozen"] = {"parts": c.freeze, "values": trainer.frozen}
+    return record
+
+
+def initialisation_section(out: Path) -> str:
+    """``report.md``'s table of where the weights came from (``--init-from``)."""
+    file = out / INIT_FILE
+    return f"## Initial weights\n\n{file.read_text().strip()}" if file.is_file() else ""
 
 
 def statistics_section(model) -> str:

@@ -13,7 +13,7 @@ Training needs a teacher: ``zoo train cifar --variant deit --teacher RUN``, RUN 
 
 from zoo.deit.config import DISTILLATIONS, DeiTConfig
 from zoo.deit.model import DistillationReadout, DistilledVisionTransformer, late_fusion
-from zoo.deit.timm_interop import load_timm_weights, timm_kwargs
+from zoo.deit.timm_interop import load_timm_weights, timm_kwargs, timm_state_to_ours
 from zoo.registry import Change, Paper, Variant, register
 from zoo.vision import image_inputs
 from zoo.vit import CHANGES as VIT_CHANGES
@@ -62,8 +62,9 @@ DEIT = register(
         summary="ViT trained data-efficiently: a distillation token and head learn a (CNN) teacher's predictions "
                 "beside the [CLS] token's label.",
         example_input=image_inputs,
+        import_weights=timm_state_to_ours,
     )
 )
 
 __all__ = ["CHANGES", "DEIT", "DISTILLATIONS", "DeiTConfig", "DistillationReadout", "DistilledVisionTransformer",
-           "PAPER", "late_fusion", "load_timm_weights", "timm_kwargs"]
+           "PAPER", "late_fusion", "load_timm_weights", "timm_kwargs", "timm_state_to_ours"]

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from zoo.deit.config import DeiTConfig
 from zoo.deit.model import DistilledVisionTransformer
 from zoo.vit.timm_interop import _RENAMES as VIT_RENAMES
 from zoo.vit.timm_interop import load_timm_weights as load_vit_weights
 from zoo.vit.timm_interop import timm_kwargs as vit_kwargs
+from zoo.vit.timm_interop import timm_state_to_ours as vit_state_to_ours
 
 # timm's names -> ours: the [CLS] token sits in the read-out that the distillation read-out wraps
 _RENAMES = (
@@ -41,3 +42,8 @@ def load_timm_weights(ours: DistilledVisionTransformer, timm_model: nn.Module) -
     """
     timm_kwargs(ours.config)
     return load_vit_weights(ours, timm_model, renames=_RENAMES)
+
+
+def timm_state_to_ours(state: dict[str, Tensor], ours: nn.Module | None = None) -> dict[str, Tensor]:
+    """A timm ``VisionTransformerDistilled`` state dict under our names (DeiT's ``import_weights``)."""
+    return vit_state_to_ours(state, ours, renames=_RENAMES)

@@ -20,7 +20,7 @@ from zoo.monai3d.config import (
     SwinUNETR3DConfig,
     UNETRConfig,
 )
-from zoo.monai3d.networks import Volumetric, dyn_unet, swin_unetr_3d, unetr
+from zoo.monai3d.networks import Volumetric, dyn_unet, monai_state_to_ours, swin_unetr_3d, unetr
 from zoo.monai3d.plan import DynUNetPlan, plan_dynunet
 from zoo.registry import Change, Paper, Variant, register
 from zoo.vision import volume_inputs
@@ -60,6 +60,7 @@ SWINUNETR = register(Variant(
             "3D patches, a residual CNN decoder to per-voxel logits.",
     example_input=volume_inputs,
     spatial_dims=3,
+    import_weights=monai_state_to_ours,
 ))
 
 UNETR = register(Variant(
@@ -89,6 +90,7 @@ UNETR = register(Variant(
             "layers 3, 6, 9 and 12 feed a CNN decoder.",
     example_input=volume_inputs,
     spatial_dims=3,
+    import_weights=monai_state_to_ours,
 ))
 
 DYNUNET = register(Variant(
@@ -109,6 +111,7 @@ DYNUNET = register(Variant(
             "and the patch (kernel 1 along a coarse axis until the others catch up, stride 2 while a side stays ≥ 4).",
     example_input=volume_inputs,
     spatial_dims=3,
+    import_weights=monai_state_to_ours,
 ))
 
 __all__ = [

@@ -64,6 +64,19 @@ class Volumetric(nn.Module):
         return self.network(volumes)
 
 
+def monai_state_to_ours(state: dict[str, Tensor], ours: nn.Module) -> dict[str, Tensor]:
+    """A MONAI network's state dict under our names (the 3D variants' ``import_weights``): ``network.`` before
+    each name; for SwinUNETR's self-supervised encoder weights (names from ``patch_embed.``, ``layers1.``...),
+    ``network.swinViT.``. A name with no place keeps its own (the transfer reports it unused: the pretraining's
+    rotation and contrastive heads)."""
+    own = ours.state_dict()
+    mapped = {}
+    for name, tensor in state.items():
+        target = next((p + name for p in ("network.", "network.swinViT.") if p + name in own), name)
+        mapped[target] = tensor
+    return mapped
+
+
 def swin_unetr_3d(config: SwinUNETR3DConfig) -> Volumetric:
     """MONAI ``SwinUNETR(spatial_dims=3)`` with the config's sizes."""
     from monai.networks.nets import SwinUNETR

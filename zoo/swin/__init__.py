@@ -13,7 +13,7 @@ from zoo.swin.config import DEFAULT_PRESET, PRESETS, SwinConfig
 from zoo.swin.merging import PatchMerging
 from zoo.swin.model import SwinTransformer
 from zoo.swin.relative_position import RelativePositionBias
-from zoo.swin.timm_weights import load_timm_weights, timm_kwargs
+from zoo.swin.timm_weights import load_timm_weights, timm_kwargs, timm_state_to_ours
 from zoo.vision import image_inputs
 
 PAPER = Paper("Swin Transformer: Hierarchical Vision Transformer using Shifted Windows", 2021,
@@ -89,10 +89,11 @@ VARIANT = register(
         default_preset=DEFAULT_PRESET,
         summary="Shifted-window attention with relative position bias, in stages joined by patch merging.",
         example_input=image_inputs,
+        import_weights=timm_state_to_ours,
     )
 )
 
 __all__ = [
     "PAPER", "PRESETS", "VARIANT", "PatchMerging", "RelativePositionBias", "SwinConfig", "SwinTransformer",
-    "WindowAttention", "load_timm_weights", "timm_kwargs",
+    "WindowAttention", "load_timm_weights", "timm_kwargs", "timm_state_to_ours",
 ]

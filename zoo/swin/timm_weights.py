@@ -17,7 +17,7 @@ core :class:`~core.layers.Encoder` holds the blocks and the patch merges in one 
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from zoo.swin.config import SwinConfig
 from zoo.swin.merging import PatchMerging
@@ -64,6 +64,13 @@ def timm_names(ours: SwinTransformer) -> dict[str, str]:
             raise ValueError(f"no timm counterpart for our parameter {name!r}")
         out[name] = f"{names[module]}.{'relative_position_bias_table' if leaf == 'table' else leaf}"
     return out
+
+
+def timm_state_to_ours(state: dict[str, Tensor], ours: SwinTransformer) -> dict[str, Tensor]:
+    """A timm ``SwinTransformer`` state dict under our names (Swin's ``import_weights``); a name with no
+    counterpart in ``ours`` keeps timm's (the transfer reports it unused)."""
+    ours_of = {theirs: name for name, theirs in timm_names(ours).items()}
+    return {ours_of.get(name, name): tensor for name, tensor in state.items()}
 
 
 @torch.no_grad()

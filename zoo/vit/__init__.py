@@ -11,7 +11,7 @@ from zoo.registry import Change, Paper, Variant, register
 from zoo.vision import image_inputs
 from zoo.vit.config import DEFAULT_PRESET, PRESETS, ViTConfig
 from zoo.vit.model import VisionTransformer, drop_path_rates, resample_positions
-from zoo.vit.timm_interop import load_timm_weights, timm_kwargs
+from zoo.vit.timm_interop import load_timm_weights, timm_kwargs, timm_state_to_ours
 
 PAPER = Paper(
     "An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale", 2021,
@@ -71,12 +71,13 @@ VIT = register(
         default_preset=DEFAULT_PRESET,
         summary="The Transformer encoder on linearly embedded image patches, classified from a [CLS] token.",
         example_input=image_inputs,
+        import_weights=timm_state_to_ours,
     )
 )
 
 __all__ = [
     "CHANGES", "PAPER", "PRESETS", "VIT", "ViTConfig", "VisionTransformer", "drop_path_rates", "load_timm_weights",
-    "on_vit", "resample_positions", "timm_kwargs",
+    "on_vit", "resample_positions", "timm_kwargs", "timm_state_to_ours",
 ]
 
 
@@ -86,4 +87,5 @@ def on_vit(variant: Variant, presets: dict | None = None) -> Variant:
     built on ViT (its classic counterpart is ViT at the same preset with the same reverts)."""
     return dataclasses.replace(variant, tasks=("cifar",), config_class=ViTConfig, builds_on="vit",
                                presets={**PRESETS, **(presets or {})}, build=VisionTransformer,
-                               default_preset=DEFAULT_PRESET, example_input=image_inputs)
+                               default_preset=DEFAULT_PRESET, example_input=image_inputs,
+                               import_weights=timm_state_to_ours)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 
 import torch
@@ -158,6 +159,16 @@ class VisionTransformer(nn.Module):
     def forward(self, images: Tensor) -> Tensor:
         tokens = self.forward_features(images)  # (B, T, D)
         return self.head(self.readout(tokens))  # (B, D) -> (B, K)
+
+    def resize_state(self, name: str, tensor: Tensor) -> Tensor | None:
+        """A checkpoint's ``name`` adapted to this model (:func:`zoo.weights.transfer.load_pretrained`): a learned
+        position table of a square patch grid resampled to ours; None for anything else."""
+        if name != "position.weight" or not isinstance(self.position, LearnedPosition) or tensor.dim() != 2:
+            return None
+        side = math.isqrt(tensor.shape[0] - self.extra_tokens)
+        if side * side != tensor.shape[0] - self.extra_tokens:
+            return None  # not a square grid after the prefix rows: the caller reports the shapes
+        return resample_positions(tensor, (side, side), self.grid, self.extra_tokens)  # (prefix + h·w, D)
 
     @torch.no_grad()
     def resize_image(self, image_size: int) -> None:

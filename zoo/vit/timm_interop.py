@@ -64,6 +64,24 @@ def timm_kwargs(config: ViTConfig) -> dict[str, Any]:
     )
 
 
+def timm_state_to_ours(state: dict[str, torch.Tensor], ours: nn.Module | None = None,
+                       renames: tuple[tuple[str, str], ...] = _RENAMES) -> dict[str, torch.Tensor]:
+    """A timm ``VisionTransformer`` state dict under our names; a name with no counterpart keeps timm's.
+
+    The ``import_weights`` of ViT (and, with DeiT's ``renames``, of DeiT): ``--init-from`` a timm checkpoint.
+    Raises ValueError for a timm model that normalises after pooling (``fc_norm``), which ours does not have.
+    """
+    if any(name.startswith("fc_norm.") for name in state):
+        raise ValueError("the timm checkpoint normalises after pooling (fc_norm, timm's global_pool='avg' "
+                         "default); our ViT normalises the tokens before pooling, so its weights would compute "
+                         "another function")
+    mapped = {}
+    for name, tensor in state.items():
+        target = next((re.sub(p, r, name) for p, r in renames if re.search(p, name)), name)
+        mapped[target] = tensor.squeeze(0) if target == "position.weight" and tensor.dim() == 3 else tensor
+    return mapped  # position: timm's (1, T, D) -> our (T, D)
+
+
 @torch.no_grad()
 def load_timm_weights(ours: VisionTransformer, timm_model: nn.Module,
                       renames: tuple[tuple[str, str], ...] = _RENAMES) -> VisionTransformer:
@@ -77,18 +95,11 @@ def load_timm_weights(ours: VisionTransformer, timm_model: nn.Module,
     _check_timm_compatible(ours.config)
     if not isinstance(getattr(timm_model, "fc_norm", nn.Identity()), nn.Identity):
         raise ValueError("the timm model normalises after pooling (fc_norm); build it with fc_norm=False")
-    mapped, foreign = {}, []
-    for name, tensor in timm_model.state_dict().items():
-        for pattern, replacement in renames:
-            if re.search(pattern, name):
-                mapped[re.sub(pattern, replacement, name)] = tensor
-                break
-        else:
-            foreign.append(name)
+    timm_state = timm_model.state_dict()
+    foreign = [name for name in timm_state if not any(re.search(p, name) for p, _ in renames)]
     if foreign:
         raise ValueError(f"the timm model has weights our ViT has no place for: {', '.join(foreign)}")
-    if "position.weight" in mapped:
-        mapped["position.weight"] = mapped["position.weight"].squeeze(0)  # (1, T, D) -> (T, D)
+    mapped = timm_state_to_ours(timm_state, ours, renames)
     own = ours.state_dict()
     missing = sorted(set(own) - set(mapped))
     unexpected = sorted(set(mapped) - set(own))

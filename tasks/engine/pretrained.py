@@ -1,0 +1,48 @@
+"""``--init-from`` and ``--freeze``: a run that starts from someone's weights and trains only some parts.
+
+The weights are mapped by :func:`zoo.weights.transfer.load_pretrained` (timm's and MONAI's names through the
+variant's ``import_weights``; this package's runs and exports as they are), and its per-tensor table is logged
+and kept for the run's ``report.md`` and ``run.json``. A resumed run takes its weights from its checkpoint, not
+from ``--init-from`` again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from torch import nn
+
+from core.parts import freeze_parts
+from zoo.weights.transfer import Transfer, load_pretrained
+
+log = logging.getLogger(__name__)
+
+
+def initialise(model: nn.Module, config) -> Transfer | None:
+    """Load ``config.init_from`` into ``model`` (None when the run starts from its own initialisation)."""
+    if not config.init_from:
+        return None
+    from zoo.registry import get_variant, list_variants
+
+    # a task's reference model (outside the zoo) maps no reference implementation's names: runs of this package
+    registered = config.variant in list_variants(config.task)
+    import_weights = get_variant(config.variant, config.task).import_weights if registered else None
+    transfer = load_pretrained(model, config.init_from, import_weights)
+    log.info("%s", transfer.summary())
+    return transfer
+
+
+def freeze(model: nn.Module, config) -> int:
+    """Freeze ``config.freeze``'s parts; returns the values frozen (refusing a freeze that leaves nothing to train)."""
+    from tasks.engine.config import freeze_names
+
+    parts = freeze_names(config.freeze)
+    if not parts:
+        return 0
+    frozen = freeze_parts(model, parts)
+    total = sum(p.numel() for p in model.parameters())
+    if frozen == total:
+        raise ValueError(f"--freeze {config.freeze} freezes all {total:,} parameters: nothing would train; leave "
+                         "at least one part (e.g. the head) out")
+    log.info("--freeze %s: %s of %s parameters frozen", config.freeze, f"{frozen:,}", f"{total:,}")
+    return frozen
