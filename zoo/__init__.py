@@ -11,13 +11,14 @@ from zoo.registry import Change, Paper, Variant, create, get_variant, list_varia
 __all__ = ["Change", "Paper", "Variant", "create", "get_variant", "list_variants", "load_run", "register", "tasks_of"]
 
 
-def load_run(path, checkpoint="best", device="cpu", task=None):
+def load_run(path, checkpoint="best", device="cpu", task=None, runtime="torch"):
     """Load a finished run (a folder written by ``zoo train`` or ``zoo export``): its model in eval mode, the task
-    config and preprocessing it was trained with, and its metrics. See :func:`tasks.runs.run.load_run`.
+    config and preprocessing it was trained with, and its metrics. ``runtime="onnxruntime"`` runs an ONNX export's
+    graphs instead of the PyTorch model. See :func:`tasks.runs.run.load_run`.
 
     The front door's one import from ``tasks``, made on call: a run needs its task runner (tokenizer, image
     normalisation, classes), and the task layer sits above the variants.
     """
     from tasks.runs.run import load_run as load
 
-    return load(path, checkpoint, device, task)
+    return load(path, checkpoint, device, task, runtime)

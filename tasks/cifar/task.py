@@ -185,6 +185,13 @@ class CifarTask(Task):
             images = torch.from_numpy(self.arrays[split][0]).to(self.device)
         return Batch((self.inputs(images[:n]),), self.labels[split][:n], "classification")
 
+    def onnx_graphs(self, model: nn.Module, n: int = 8) -> list:
+        """One graph: normalised images ``(B, C, S, S)`` -> logits ``(B, K)``, on the first ``n`` test images."""
+        from tasks.engine.export_graphs import batch_graph
+
+        split = "test" if "test" in self.labels else "valid"
+        return [batch_graph(model, "images", self.doctor_batch(split, n).inputs[0].cpu())]
+
     def target_entropy(self, n: int = 5000) -> float:
         """Entropy of the training labels' frequencies."""
         return entropy(Counter(self.labels["train"].tolist()))

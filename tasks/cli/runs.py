@@ -32,7 +32,7 @@ def _load(args: argparse.Namespace):
 
     from tasks.runs.run import load_run
 
-    run = load_run(args.run, args.checkpoint, args.device, args.task)
+    run = load_run(args.run, args.checkpoint, args.device, args.task, getattr(args, "runtime", "torch"))
     if run.config.num_threads:
         torch.set_num_threads(run.config.num_threads)
     return run
@@ -116,12 +116,30 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from tasks.runs.export import export_run
-    from tasks.runs.run import WEIGHTS_FILE
+    if args.format == "monai-bundle":
+        from tasks.medseg.bundle import export_bundle
+        from tasks.runs.run import load_run
 
-    out = export_run(args.run, args.out, args.format, args.checkpoint)
-    print(f"exported {args.run} ({args.checkpoint}) to {out}/ ({WEIGHTS_FILE}, run.json); load it with "
-          f"zoo.load_run('{out}') or `zoo predict {out} ...`")
+        run = load_run(args.run, args.checkpoint, task="medseg")
+        out = export_bundle(run, Path(args.out) if args.out else run.path / "export-monai-bundle")
+        print(f"exported {args.run} ({args.checkpoint}) as a MONAI bundle to {out}/; run it with: python -m "
+              f"monai.bundle run --config_file {out}/configs/inference.json --meta_file {out}/configs/metadata.json "
+              "--dataset_dir IMAGES --output_dir PREDICTIONS")
+        return 0
+    from tasks.compare.paired import metric_intervals
+    from tasks.runs.export import export_run
+
+    out = export_run(args.run, args.out, args.format, args.checkpoint, args.tolerance, metric_intervals)
+    use = {"safetensors": f"zoo.load_run('{out}') or `zoo predict {out} ...`",
+           "hf": f"zoo.load_run('{out}'), zoo.create(VARIANT, pretrained='{out}') or `zoo predict {out} ...`",
+           "onnx": f"`zoo predict {out} ... --runtime onnxruntime` (or any ONNX runtime)"}[args.format]
+    print(f"exported {args.run} ({args.checkpoint}) as {args.format} to {out}/; use it with {use}")
+    if args.format == "onnx":
+        import json
+
+        for name, check in json.loads((out / "run.json").read_text())["onnx_check"].items():
+            print(f"  {name}.onnx: max |onnxruntime - PyTorch| {check['max_abs_diff']:.2e} (limit "
+                  f"{check['limit']:.2e}) on {check['examples']} ({check['exporter']} exporter)")
     return 0
 
 
@@ -175,12 +193,20 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-probabilities", action="store_true", default=None, help="medseg: also write each case's "
                    "class probabilities as CASE.npz beside its label map")
     _inference_arguments(p)
+    p.add_argument("--runtime", default="torch", choices=("torch", "onnxruntime"), help="onnxruntime: run the graphs "
+                   "of a `zoo export --format onnx` folder instead of the PyTorch model (default: torch)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_predict)
 
-    p = sub.add_parser("export", help="write a run's weights as safetensors with its run.json (no pickle)")
+    p = sub.add_parser("export", help="write a run for other tools: safetensors + run.json, a Hugging Face "
+                       "folder, ONNX graphs checked with onnxruntime, or a MONAI bundle (no pickle in any)")
     p.add_argument("run", help="a run folder written by `zoo train`")
-    p.add_argument("--format", default="safetensors", choices=("safetensors",), help="weights format")
+    p.add_argument("--format", default="safetensors", choices=("safetensors", "hf", "onnx", "monai-bundle"),
+                   help="safetensors (default): model.safetensors + run.json; hf: config.json + model.safetensors + "
+                   "a README.md model card; onnx: one graph per computation, checked against PyTorch on the run's "
+                   "test examples; monai-bundle (medseg): configs/ + models/model.pt for `python -m monai.bundle run`")
+    p.add_argument("--tolerance", type=float, default=None, help="onnx: the largest |onnxruntime - PyTorch| allowed, "
+                   "relative to max(1, max |output|) (default 1e-4)")
     p.add_argument("--checkpoint", default="best", help="best, last, or the path of a checkpoint (default: best)")
-    p.add_argument("--out", default=None, help="output folder (default: RUN/export)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/export, RUN/export-FORMAT for the others)")
     p.set_defaults(func=_cmd_export)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,31 @@ def task_metrics(task: str, info: dict, splits: set[str]) -> list[PairedMetric]:
         raise ValueError(f"the runs have no records of the test split (they have: {', '.join(sorted(splits))}); "
                          "evaluate them with `zoo evaluate RUN` first")
     return [m for m in metrics if m.split in splits]
+
+
+def metric_intervals(path: Path | str, info: dict, resamples: int = RESAMPLES, confidence: float = 0.95
+                     ) -> list[dict[str, Any]]:
+    """Each headline and secondary metric of one run (``path``: its folder with per-example records; ``info``: its
+    run.json) with its bootstrap percentile interval over the test examples: ``[{"key", "title", "split",
+    "value", "low", "high", "n"}]``. What a model card reports; a run without records gives ``[]``."""
+    from tasks.runs.records import INDEX_FILE, read_records
+
+    if not (Path(path) / "predictions" / INDEX_FILE).is_file():
+        return []
+    out = []
+    for metric in task_class(info["task"]).paired_metrics(info):
+        if metric.role == "per-class":
+            continue
+        try:
+            records, _ = read_records(path, metric.split)
+        except (FileNotFoundError, ValueError):
+            continue  # a split the run has no records of
+        stats = metric.stats(records, info)  # (n, k)
+        samples = metric.score(resample_counts(len(records), resamples) @ stats)  # (B,)
+        interval = percentile_interval(samples, confidence) or (float("nan"), float("nan"))
+        out.append({"key": metric.key, "title": metric.title, "split": metric.split, "n": len(records),
+                    "value": float(metric.score(stats.sum(0))[0]), "low": interval[0], "high": interval[1]})
+    return out
 
 
 # --- the comparison ----------------------------------------------------------------------------------

@@ -33,6 +33,15 @@ class RunResult:
         return self.info["variant"]
 
     @property
+    def label(self) -> str:
+        """Its group in a comparison: the variant, and where its weights started (``--init-from``) and what did
+        not train (``--freeze``) when it did not start from scratch: ``vit (from long-run)``."""
+        config = self.info["config"]
+        start = [f"from {Path(config['init_from']).name}"] if config.get("init_from") else []
+        start += [f"frozen {config['freeze']}"] if config.get("freeze") else []
+        return f"{self.variant} ({', '.join(start)})" if start else self.variant
+
+    @property
     def task(self) -> str:
         return self.info["task"]
 
@@ -79,7 +88,8 @@ def _evaluated_run(path: Path) -> Path:
 
 
 def group_by_variant(results: list[RunResult]) -> dict[str, list[RunResult]]:
-    """Runs grouped by run.json ``variant`` (first appearance first): the runs of a group are its seeds.
+    """Runs grouped by run.json ``variant`` (first appearance first; a run that started from other weights is a
+    group of its own, :attr:`RunResult.label`): the runs of a group are its seeds.
 
     The runs of a group must be seeds of one experiment, so are refused: two folders of one training run (a run
     and its evaluation, or a folder given twice), two runs of one seed (CPU runs of a seed are bit-identical:
@@ -89,7 +99,7 @@ def group_by_variant(results: list[RunResult]) -> dict[str, list[RunResult]]:
     """
     groups: dict[str, list[RunResult]] = {}
     for result in results:
-        groups.setdefault(result.variant, []).append(result)
+        groups.setdefault(result.label, []).append(result)
     for name, runs in groups.items():
         first, trained, seeds = runs[0], {}, {}
         for run in runs:

@@ -151,6 +151,11 @@ class Task:
         ``setup``); None: the doctor does not examine this task's models (its training-curve check still runs)."""
         return None
 
+    def onnx_graphs(self, model: nn.Module, n: int = 8) -> list:
+        """The graphs ``zoo export --format onnx`` writes (:class:`tasks.engine.export_graphs.Graph`), with ``n``
+        real examples of the test data as the model takes them (after ``setup``)."""
+        raise ValueError(f"the {self.name} task does not export to ONNX (cifar, medseg and translation runs do)")
+
     def target_entropy(self, n: int = 5000) -> float | None:
         """Entropy (nats) of the training targets' frequencies: the loss of a model that reads nothing, where a
         stuck run sits (the doctor's plateau check). None when the task has no such figure."""
@@ -192,8 +197,14 @@ class Task:
 
         if variant in self.reference_models:
             return self.reference_models[variant](*self.reference_args())
+        return get_variant(variant, self.name).build(self.restore_model_config(variant, variant_config))
+
+    def restore_model_config(self, variant: str, variant_config: dict[str, Any] | None) -> Any:
+        """Set and return ``self.model_config`` from a run's saved variant config, without building the model
+        (an ONNX export runs without it)."""
+        from zoo.registry import get_variant
+
         if variant_config is None:
             raise ValueError(f"run.json holds no config of variant {variant!r}; it cannot be rebuilt")
-        registered = get_variant(variant, self.name)
-        self.model_config = config_from_dict(registered.config_class, variant_config)
-        return registered.build(self.model_config)
+        self.model_config = config_from_dict(get_variant(variant, self.name).config_class, variant_config)
+        return self.model_config

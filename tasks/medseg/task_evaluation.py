@@ -115,6 +115,26 @@ class MedsegEvaluation:
                for j in range(0, slices.shape[0], batch)]  # (b, K, S, S) each
         return torch.cat(out).transpose(0, 1)  # (K, D, S, S)
 
+    def onnx_graphs(self, model: nn.Module, n: int = 8) -> list:
+        """One graph, on the first test case: a 2D model's slices ``(B, C, S, S)`` (the ``n`` middle ones) or a 3D
+        model's patches ``(B, C, D, H, W)`` (its centre, padded to the patch where the case is smaller) ->
+        logits ``(B, K, ...)``. The batch is dynamic; the spatial sizes are those inference feeds it (the
+        slice size, the sliding window's patch)."""
+        from tasks.engine.export_graphs import batch_graph
+
+        volume = (self.volumes.get("test") or self.volumes["valid"])[0]
+        if self.spatial_dims == 2:
+            slices = self.zoomed(volume)  # (D, C, S, S)
+            start = max(0, (slices.shape[0] - n) // 2)
+            return [batch_graph(model, "slices", slices[start : start + n])]
+        from monai.transforms import CenterSpatialCrop, SpatialPad
+
+        image = torch.from_numpy(np.asarray(volume.image if volume.image.ndim == 4 else volume.image[None],
+                                            np.float32))  # (C, D, H, W)
+        patch = CenterSpatialCrop(self.patch_size)(SpatialPad(self.patch_size)(image))  # (C, pd, ph, pw)
+        flipped = patch.flip(-1)  # a second, different example: the batch axis is checked at 2
+        return [batch_graph(model, "patches", torch.stack([torch.as_tensor(patch), torch.as_tensor(flipped)]))]
+
     def labels_of(self, probabilities: Tensor, volume: Volume) -> np.ndarray:
         """The arg-max of probabilities on the model's grid, on the volume's grid (2D: zoomed back with order 0).
 

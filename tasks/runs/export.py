@@ -1,34 +1,123 @@
-"""``zoo export``: a finished run as weights anyone can load without unpickling — ``model.safetensors`` beside the
-run's ``run.json`` and artefacts, a folder :func:`tasks.runs.run.load_run` (and ``zoo.load_run``) reads."""
+"""``zoo export``: a finished run in the formats other tools read.
+
+- ``safetensors``: ``model.safetensors`` + ``run.json`` + the run's artefacts; read by ``zoo.load_run`` and
+  ``zoo predict``.
+- ``hf``: ``config.json`` (variant, config, preprocessing) + ``model.safetensors`` + ``README.md`` (a model card);
+  read by the same and by ``zoo.create(name, pretrained=FOLDER)``, laid out as Hugging Face Hub folders are.
+- ``onnx``: one ``.onnx`` graph per computation, checked through onnxruntime (:mod:`tasks.runs.onnx_export`); read
+  by ``zoo predict EXPORT --runtime onnxruntime`` and any ONNX runtime.
+- ``monai-bundle`` (medseg runs): ``configs/`` + ``models/model.pt`` (:mod:`tasks.medseg.bundle`); run by
+  ``python -m monai.bundle run``.
+
+None of them pickles code: the weights are safetensors (or a plain state dict read with ``weights_only=True``).
+"""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from core.atomic import atomic_path, write_json_atomic
-from tasks.runs.run import RUN_FILE, WEIGHTS_FILE, load_run
+from core.atomic import atomic_path, write_json_atomic, write_text_atomic
+from core.errors import unknown_name
+from tasks.runs.run import RUN_FILE, WEIGHTS_FILE, Run, load_run
+
+FORMATS = ("safetensors", "hf", "onnx", "monai-bundle")
+HF_CONFIG = "config.json"
+LIBRARY = "transformer-zoo"  # config.json's library_name: how load_run tells an hf export from timm's folders
 
 
 def export_run(path: str | Path, out: str | Path | None = None, format: str = "safetensors",
-               checkpoint: str | Path = "best") -> Path:
-    """Write ``model.safetensors`` and ``run.json`` (plus the run's artefacts) to ``out``; returns ``out``."""
-    from safetensors.torch import save_model
+               checkpoint: str | Path = "best", tolerance: float | None = None,
+               intervals: Callable[[Path, dict], list[dict]] | None = None) -> Path:
+    """Export the run at ``path`` as ``format`` (see the module docstring) to ``out`` (default ``RUN/export``,
+    ``RUN/export-<format>`` for the others); returns ``out``.
 
-    if format != "safetensors":
-        from core.errors import unknown_name
-
-        raise unknown_name("export format", format, ("safetensors",))
+    ``tolerance``: the ONNX check's (default :data:`tasks.runs.onnx_export.TOLERANCE`); ``intervals``: gives the
+    model card each metric with its interval (``tasks.compare.paired.metric_intervals``; None: values only).
+    ``monai-bundle`` is written by :func:`tasks.medseg.bundle.export_bundle`, which ``zoo export`` calls.
+    """
+    if format not in FORMATS or format == "monai-bundle":
+        if format == "monai-bundle":
+            raise ValueError("monai-bundle exports are written by tasks.medseg.bundle.export_bundle (`zoo export RUN "
+                             "--format monai-bundle`)")
+        raise unknown_name("export format", format, FORMATS)
     run = load_run(path, checkpoint)
-    out = Path(out) if out is not None else run.path / "export"
+    out = Path(out) if out is not None else run.path / ("export" if format == "safetensors" else f"export-{format}")
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for the exported run")
     out.mkdir(parents=True, exist_ok=True)
+    if format == "onnx":
+        from tasks.runs.onnx_export import TOLERANCE, export_onnx
+
+        export_onnx(run, out, TOLERANCE if tolerance is None else tolerance)
+        return out
     with atomic_path(out / WEIGHTS_FILE) as tmp:  # safetensors writes 0600; atomic_path gives it the umask's mode
+        from safetensors.torch import save_model
+
         save_model(run.model, str(tmp), metadata={"task": run.info["task"], "variant": run.variant})
+    copy_artifacts(run, out)
+    info = {**run.info, "weights": WEIGHTS_FILE, "exported_from": str(run.weights)}
+    if format == "safetensors":
+        write_json_atomic(out / RUN_FILE, info)
+        return out
+    write_json_atomic(out / HF_CONFIG, {"library_name": LIBRARY, "model_type": LIBRARY,
+                                        "architectures": [run.variant], **info})
+    found = intervals(run.path, run.info) if intervals is not None else []
+    write_text_atomic(out / "README.md", model_card(run, out, found))
+    return out
+
+
+def copy_artifacts(run: Run, out: Path) -> None:
+    """The files the run's preprocessing names (tokenizer, classes) and its metrics, beside the weights."""
     for name in run.task.artifact_files():
         shutil.copy2(run.path / name, out / name)
     if run.metrics is not None:
         shutil.copy2(run.path / "metrics.json", out / "metrics.json")
-    write_json_atomic(out / RUN_FILE, {**run.info, "weights": WEIGHTS_FILE, "exported_from": str(run.weights)})
-    return out
+
+
+def model_card(run: Run, out: Path, intervals: list[dict[str, Any]]) -> str:
+    """``README.md`` of an ``hf`` export: what the model is, how to use it, its data, results and what changed."""
+    info, metrics = run.info, run.metrics or {}
+    config, task, variant = info["config"], info["task"], run.variant
+    data = info["preprocessing"].get("dataset") or config.get("data") or "the embedded default data"
+    lines = ["---", f"library_name: {LIBRARY}", f"tags: [{LIBRARY}, {task}, {variant}]", "---", "",
+             f"# {variant} for {task}, trained on {data}", "",
+             f"Exported by transformer-zoo {info.get('package_version', '?')} from `{run.weights}`.", "",
+             "## Use", "", "```python", "import zoo", "",
+             f'run = zoo.load_run("{out.name}")  # the model with its preprocessing',
+             f'model = zoo.create("{variant}", pretrained="{out.name}")  # the bare model; num_classes=K re-heads it',
+             "```", "", f"`zoo predict {out.name} INPUTS...` predicts with the same preprocessing it was trained with.",
+             "", "## Results", ""]
+    if intervals:
+        lines += ["| metric | split | value | 95 % interval (bootstrap over examples) | examples |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {m['title']} | {m['split']} | {m['value']:.4g} | [{m['low']:.4g}, {m['high']:.4g}] | {m['n']} |"
+                  for m in intervals]
+    else:
+        final = metrics.get("final") or {}
+        scalars = [(split, k, v) for split, values in final.items() if isinstance(values, dict)
+                   for k, v in values.items() if isinstance(v, int | float)]
+        lines += ["| split | metric | value |", "|---|---|---|"] + [f"| {s} | {k} | {v:.4g} |" for s, k, v in scalars] \
+            if scalars else ["No test metrics were recorded."]
+    lines += ["", "## Training", "",
+              f"{metrics.get('epochs', '?')} epochs, {metrics.get('parameters', 0):,} parameters, "
+              f"{metrics.get('train_seconds', 0):.0f} s of training, precision {info.get('precision') or 'fp32'}; "
+              f"seed {config.get('seed')}, batch {config.get('batch_size')}, lr {config.get('lr')}."]
+    if info.get("init_from"):
+        lines.append(f"Started from `{info['init_from']['source']}` ({info['init_from']['counts']}).")
+    lines += ["", *_what_changed(variant, task)]
+    return "\n".join(lines) + "\n"
+
+
+def _what_changed(variant: str, task: str) -> list[str]:
+    from zoo.registry import get_variant, list_variants
+
+    if variant not in list_variants(task):
+        return ["## What changed", "", "A reference model outside the zoo: not a patch on the classic Transformer."]
+    registered = get_variant(variant, task)
+    rows = ["## What changed against the classic Transformer", "", registered.summary, "",
+            "| part | classic | this model | why |", "|---|---|---|---|"]
+    rows += [f"| {c.part} | {c.classic} | {c.variant} | {c.flaw} |" for c in registered.changes]
+    return rows + ["", f"Paper: {registered.paper.title} ({registered.paper.year}), {registered.paper.url}"]

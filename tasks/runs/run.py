@@ -10,7 +10,9 @@ A run folder, as ``zoo train`` writes it, holds everything needed to use the mod
     metrics.json              the training's final numbers
 
 ``zoo export`` (:mod:`tasks.runs.export`) writes the same folder with ``model.safetensors`` in place of the
-checkpoints: weights a colleague can load without unpickling anything. :func:`load_run` reads both.
+checkpoints: weights a colleague can load without unpickling anything (``--format hf`` names run.json
+``config.json``, as Hugging Face folders do; ``--format onnx`` holds graphs, run with ``runtime="onnxruntime"``).
+:func:`load_run` reads them all.
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
     if not path.is_dir():
         raise ValueError(f"{path} is a file, not a run folder; pass the folder `zoo train` wrote (its --out)")
     file = path / RUN_FILE
+    if not file.is_file() and _is_hf_export(path / "config.json"):
+        file = path / "config.json"  # `zoo export --format hf`: run.json's fields in Hugging Face's file name
     if not file.is_file():
         if (path / "config.json").is_file() and (path / "checkpoints").is_dir():
             raise ValueError(f"{path} is a run written by an older package version (no {RUN_FILE}); retrain it "
@@ -125,6 +129,14 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{file} has run format {info['format']!r} (package {info.get('package_version')}); this "
                          f"package ({package_version()}) reads formats up to {RUN_FORMAT}: upgrade transformer-zoo")
     return info
+
+
+def _is_hf_export(file: Path) -> bool:
+    """``config.json`` written by ``zoo export --format hf`` (its ``library_name``), not a timm or HF model's."""
+    try:
+        return file.is_file() and json.loads(file.read_text()).get("library_name") == "transformer-zoo"
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return False
 
 
 def weights_file(path: Path, checkpoint: str | Path) -> Path:
@@ -165,8 +177,11 @@ def load_weights(model: nn.Module, file: Path, task: str) -> None:
                          f"unexpected {list(unexpected)[:5]}); it belongs to another run")
 
 
+RUNTIMES = ("torch", "onnxruntime")
+
+
 def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "cpu",
-             task: str | None = None) -> Run:
+             task: str | None = None, runtime: str = "torch") -> Run:
     """Load a finished run: its model (eval mode, on ``device``), config, preprocessing and metrics.
 
     Args:
@@ -174,6 +189,8 @@ def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "c
         checkpoint: ``best``, ``last`` or the path of a checkpoint / safetensors file.
         device: ``cpu``, ``cuda``, ``auto``...
         task: when given, a run of another task is refused (e.g. a translation run given to an image command).
+        runtime: ``torch`` builds the PyTorch model; ``onnxruntime`` runs the graphs of a ``zoo export --format
+            onnx`` folder instead (:mod:`tasks.runs.onnx_runtime`; CPU only).
     """
     path = Path(path)
     info = read_run_info(path)
@@ -184,9 +201,24 @@ def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "c
     dev = select_device(device)
     runner = cls(config, dev, DistInfo())
     runner.restore(info["preprocessing"], path)
-    model = runner.build_saved_model(info["variant"], info.get("variant_config"))
-    file = weights_file(path, checkpoint)
-    load_weights(model, file, info["task"])
+    if runtime not in RUNTIMES:
+        from core.errors import unknown_name
+
+        raise unknown_name("runtime", runtime, RUNTIMES)
+    if (runtime == "onnxruntime") != ("graphs" in info):
+        raise ValueError(f"{path} is an ONNX export: use it with --runtime onnxruntime" if "graphs" in info else
+                         f"{path} holds no ONNX graphs; export it with `zoo export {path} --format onnx` first")
+    if runtime == "onnxruntime":
+        from tasks.runs.onnx_runtime import onnx_model
+
+        if dev.type != "cpu":
+            raise ValueError(f"--runtime onnxruntime runs on the CPU here; pass --device cpu, not {device}")
+        config = runner.restore_model_config(info["variant"], info.get("variant_config"))
+        model, file = onnx_model(path, info, config, torch.get_num_threads()), path
+    else:
+        model = runner.build_saved_model(info["variant"], info.get("variant_config"))
+        file = weights_file(path, checkpoint)
+        load_weights(model, file, info["task"])
     metrics_file = path / "metrics.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else None
     return Run(path, runner, model.to(dev).eval(), info, file, metrics, dev)

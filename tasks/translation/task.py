@@ -125,6 +125,17 @@ class TranslationTask(Task):
         return seq2seq_batch(pad_batch(src_ids, tok.pad_id, self.device), pad_batch(tgt_ids, tok.pad_id, self.device),
                              tok.pad_id)
 
+    def onnx_graphs(self, model: nn.Module, n: int = 8) -> list:
+        """The encoder and the decoder step (:func:`tasks.engine.export_graphs.seq2seq_graphs`) on the first
+        ``n`` test pairs, encoded as training encodes them."""
+        from tasks.engine.export_graphs import seq2seq_graphs
+
+        if not hasattr(model, "encode") or not hasattr(model, "decode"):
+            raise ValueError(f"{type(model).__name__} has no encode/decode steps to export; ONNX export takes the "
+                             "zoo's encoder-decoder variants")
+        src, tgt_in = self.doctor_batch("test" if "test" in self.splits else self.valid_split, n).inputs
+        return seq2seq_graphs(model, src.cpu(), tgt_in.cpu())
+
     def target_entropy(self, n: int = 5000) -> float:
         """Entropy of the training targets' token frequencies (EOS included)."""
         tok = self.tokenizer

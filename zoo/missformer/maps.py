@@ -24,12 +24,12 @@ def convolution(dims: int, *args, **kwargs) -> nn.Module:
 
 def channels_first(x: Tensor) -> Tensor:
     """Shape: ``(B, S…, C) -> (B, C, S…)``, as a convolution takes it."""
-    return x.movedim(-1, 1)
+    return x.movedim(x.dim() - 1, 1)  # positive axes: the ONNX exporter mistranslates a negative one
 
 
 def channels_last(x: Tensor) -> Tensor:
     """Shape: ``(B, C, S…) -> (B, S…, C)``, the blocks' layout."""
-    return x.movedim(1, -1)
+    return x.movedim(1, x.dim() - 1)
 
 
 def tokens(x: Tensor) -> Tensor:

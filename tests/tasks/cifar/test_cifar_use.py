@@ -219,6 +219,73 @@ def test_exported_run_predicts_identically(trained, test_images, tmp_path):
     assert (tmp_path / "a.csv").read_text() == (tmp_path / "b.csv").read_text()
 
 
+def _pngs(test_images, folder: Path) -> list[str]:
+    files = []
+    for i, image in enumerate(test_images[0]):
+        files.append(str(folder / f"{i}.png"))
+        Image.fromarray(image).save(files[-1])
+    return files
+
+
+def test_hf_export_is_loadable_and_carries_a_model_card(trained, test_images, tmp_path):
+    from tasks.compare.paired import metric_intervals
+
+    path, summary = trained
+    out = export_run(path, tmp_path / "hf", "hf", intervals=metric_intervals)
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "metrics.json", "model.safetensors"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["library_name"] == "transformer-zoo" and config["architectures"] == ["vit"]
+    card = (out / "README.md").read_text()
+    top1 = summary["final"]["test"]["top1"]
+    row = next(line for line in card.splitlines() if line.startswith("| top-1 | test |"))
+    value, interval = row.split("|")[3:5]
+    low, high = (float(x) for x in interval.strip(" []").split(","))
+    assert float(value) == pytest.approx(top1, abs=1e-3) and low < top1 < high and high - low < 0.3
+    assert "| position | fixed sinusoids" in card and "zoo.create(\"vit\", pretrained=" in card
+    original, exported = zoo.load_run(path), zoo.load_run(out)
+    created = zoo.create("vit", pretrained=out).eval()
+    images = test_images[1].float()
+    with torch.no_grad():
+        expected = original.model(original.task.inputs(images))
+        torch.testing.assert_close(exported.model(exported.task.inputs(images)), expected, rtol=0, atol=0)
+        torch.testing.assert_close(created(original.task.inputs(images)), expected, rtol=0, atol=0)
+
+
+def test_onnx_export_predicts_like_pytorch_through_onnxruntime(trained, test_images, tmp_path, capsys):
+    path, _ = trained
+    files = _pngs(test_images, tmp_path)
+    assert main(["export", str(path), "--format", "onnx", "--out", str(tmp_path / "onnx")]) == 0
+    assert "model.onnx: max |onnxruntime - PyTorch|" in capsys.readouterr().out
+    check = json.loads((tmp_path / "onnx" / "run.json").read_text())["onnx_check"]["model"]
+    assert check["max_abs_diff"] <= check["limit"] == pytest.approx(1e-4, rel=0.5)
+    assert main(["predict", str(path), *files, "--out", str(tmp_path / "torch.csv"), "--quiet"]) == 0
+    assert main(["predict", str(tmp_path / "onnx"), *files, "--out", str(tmp_path / "ort.csv"), "--quiet",
+                 "--runtime", "onnxruntime"]) == 0
+    torch_rows, ort_rows = read_csv(tmp_path / "torch.csv"), read_csv(tmp_path / "ort.csv")
+    assert [r["class"] for r in ort_rows] == [r["class"] for r in torch_rows]
+    for a, b in zip(torch_rows, ort_rows):
+        assert float(a["probability"]) == pytest.approx(float(b["probability"]), abs=2e-4)
+    run = zoo.load_run(tmp_path / "onnx", runtime="onnxruntime")
+    assert not list(run.model.parameters())  # no PyTorch weights: the graph computes
+    with pytest.raises(ValueError, match="is an ONNX export: use it with --runtime onnxruntime"):
+        zoo.load_run(tmp_path / "onnx")
+    with pytest.raises(ValueError, match="holds no ONNX graphs; export it with"):
+        zoo.load_run(path, runtime="onnxruntime")
+
+
+def test_onnx_export_is_refused_beyond_its_tolerance_and_without_onnxruntime(trained, tmp_path, monkeypatch):
+    import sys
+
+    path, _ = trained
+    with pytest.raises(ValueError, match=r"the model graph did not export faithfully \(torchscript: max "
+                                         r"\|onnxruntime - PyTorch\| = .* > 1e-30"):
+        export_run(path, tmp_path / "tight", "onnx", tolerance=1e-30)
+    assert not (tmp_path / "tight" / "model.onnx").exists()
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if the extra were not installed
+    with pytest.raises(ValueError, match=r"zoo export --format onnx needs onnxruntime: pip install -e '.\[onnx\]'"):
+        export_run(path, tmp_path / "none", "onnx")
+
+
 def test_bad_inputs_get_one_line_errors(trained, test_images, tmp_path):
     run = zoo.load_run(trained[0])
     good = tmp_path / "good.png"

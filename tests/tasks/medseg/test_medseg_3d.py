@@ -167,3 +167,20 @@ def test_missformer3d_trains_with_the_default_patch(folder, tmp_path):
     pre = json.loads((tmp_path / "mf3d" / "run.json").read_text())["preprocessing"]
     assert pre["patch_size"] == [32, 64, 64] and pre["spatial_dims"] == 3  # each side rounded up to 32
     assert summary["final"]["test"]["dice"] >= 0.0
+
+
+def test_onnx_export_of_a_3d_run_segments_like_pytorch(cv, folder, tmp_path):
+    """The 3D CNN's patch graph, run by onnxruntime inside MONAI's sliding window, gives PyTorch's label maps."""
+    from tasks.runs.export import export_run
+
+    data, _ = folder
+    out = export_run(cv / "fold_0", tmp_path / "onnx", "onnx")
+    check = json.loads((out / "run.json").read_text())["onnx_check"]["model"]
+    assert check["max_abs_diff"] <= check["limit"] and check["examples"] == "patches [2, 1, 16, 32, 32]"
+    inputs = sorted((data / "imagesTs").glob("*.nii.gz"))
+    predict(load_run(cv / "fold_0"), inputs, tmp_path / "torch", progress=False)
+    predict(load_run(out, runtime="onnxruntime"), inputs, tmp_path / "ort", progress=False)
+    for image in inputs:
+        a = np.asarray(nib.load(tmp_path / "torch" / image.name).dataobj)
+        b = np.asarray(nib.load(tmp_path / "ort" / image.name).dataobj)
+        assert (a == b).mean() > 0.999

@@ -228,3 +228,25 @@ def test_cli(run_dir, other_data, tmp_path, capsys):
     assert "greedy_bleu" in capsys.readouterr().out and (tmp_path / "eval/predictions/test.jsonl").is_file()
     assert main(["evaluate", str(run_dir), "--data", str(other_data), "--split", "test_long"]) == 2
     assert "zoo evaluate: error: " in capsys.readouterr().err
+
+
+def test_onnx_export_translates_like_pytorch_through_onnxruntime(run_dir, tmp_path):
+    """The encoder and decoder-step graphs, checked at export on the run's test pairs, decode (greedy and beam,
+    recomputing the prefix: the step graph has no cache) as the PyTorch model does."""
+    out = export_run(run_dir, tmp_path / "onnx", "onnx")
+    checks = json.loads((out / "run.json").read_text())["onnx_check"]
+    assert set(checks) == {"encoder", "decoder_step"}
+    assert all(c["max_abs_diff"] <= c["limit"] for c in checks.values())
+    assert "tokens [8, " in checks["decoder_step"]["examples"]  # checked at the test prefixes' full length
+    sources = [en for en, _ in generate_corpus(seed=0, n_train=300, n_valid=16, n_test=24, n_long=8)["test"]]
+    torch_run, ort_run = load_run(run_dir), load_run(out, runtime="onnxruntime")
+    for method in ("greedy", "beam"):
+        a = torch_run.task.translate(torch_run.model, sources, method, beam_size=2)
+        b = ort_run.task.translate(ort_run.model, sources, method, beam_size=2)
+        same = sum(x == y for x, y in zip(a, b))
+        assert same >= 0.9 * len(sources), (method, same)  # float32 near-ties aside, the same translations
+    with torch.no_grad():
+        src = torch.tensor([[5, 6, 7, 2]])
+        memory, mask = ort_run.model.encode(src)
+        expected, _ = torch_run.model.encode(src)
+        torch.testing.assert_close(memory, expected, atol=1e-4 * max(1.0, expected.abs().max().item()), rtol=0)
