@@ -22,8 +22,6 @@ from tasks.engine.registry import TASKS, task_class
 # the options of `zoo predict` that a task may take (Task.predict_options), besides the shared --out, --device,
 # --checkpoint and --batch-size
 PREDICT_OPTIONS = ("beam_size", "temperature", "top_k", "top_p", "attention", "labels", "save_probabilities")
-# config fields a call of `zoo predict` / `zoo evaluate` may set for itself (how the model is applied, not trained)
-INFERENCE_OPTIONS = ("tta", "mirror_axes", "overlap", "sw_mode", "sw_batch_size")
 
 
 def _load(args: argparse.Namespace):
@@ -56,6 +54,8 @@ def _load_members(args: argparse.Namespace) -> list:
                              "supported: give one fold's run (fold_k/)")
         if members[0].config.num_threads:
             torch.set_num_threads(members[0].config.num_threads)
+    from tasks.medseg.config import INFERENCE_OPTIONS  # the config fields one call may set for itself
+
     overrides = {name: getattr(args, name) for name in INFERENCE_OPTIONS if getattr(args, name, None) is not None}
     for run in members:
         fields = {f.name for f in dataclasses.fields(run.task.config)}

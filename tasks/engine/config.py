@@ -25,7 +25,6 @@ from typing import Any
 
 from core.configs import config_from_dict  # noqa: F401  (re-exported: run loading, sweeps)
 from core.errors import check_bool, check_int, check_number, check_positive, unknown_name
-from core.parts import BACKBONE, PARTS
 
 
 def cache_root() -> Path:
@@ -128,6 +127,8 @@ def freeze_names(freeze: object) -> list[str]:
     """``--freeze``'s ``"embedding,position"`` as a list of parts (``backbone``: every part but the head)."""
     if not isinstance(freeze, str):
         raise TypeError(f"freeze must be a comma-separated string of parts, got {freeze!r}")
+    from core.parts import BACKBONE, PARTS  # on call: the config module imports no torch (`zoo --help` stays fast)
+
     names = [name.strip() for name in freeze.split(",") if name.strip()]
     for name in names:
         if name not in (*PARTS, BACKBONE):

@@ -20,6 +20,11 @@ from tasks.medseg.sliding import check_mode, check_overlap, parse_axes
 TTA = ("none", "mirror")
 
 
+# the settings a call of `zoo predict` / `zoo evaluate` (or a MONAI bundle's run) may change: how the model is
+# applied, not what it learnt (overlap and sw_* matter to 3D variants only)
+INFERENCE_OPTIONS = ("tta", "mirror_axes", "overlap", "sw_mode", "sw_batch_size")
+
+
 @dataclass
 class MedsegConfig(TrainConfig):
     task: str = "medseg"

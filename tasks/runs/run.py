@@ -180,6 +180,16 @@ def load_weights(model: nn.Module, file: Path, task: str) -> None:
 RUNTIMES = ("torch", "onnxruntime")
 
 
+def restore_task(info: dict[str, Any], folder: Path, device: str = "cpu") -> Task:
+    """The task runner a run.json ``info`` describes, its preprocessing restored from ``folder`` (the tokenizer or
+    classes files beside run.json), no data loaded, no model built."""
+    cls = task_class(info["task"])
+    config = config_from_dict(cls.config_class, {k: v for k, v in info["config"].items() if k != "task"})
+    runner = cls(config, select_device(device), DistInfo())
+    runner.restore(info["preprocessing"], folder)
+    return runner
+
+
 def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "cpu",
              task: str | None = None, runtime: str = "torch") -> Run:
     """Load a finished run: its model (eval mode, on ``device``), config, preprocessing and metrics.
@@ -196,11 +206,8 @@ def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "c
     info = read_run_info(path)
     if task is not None and info["task"] != task:
         raise ValueError(f"{path} is a {info['task']} run, not a {task} run; give it to a {info['task']} command")
-    cls = task_class(info["task"])
-    config = config_from_dict(cls.config_class, {k: v for k, v in info["config"].items() if k != "task"})
-    dev = select_device(device)
-    runner = cls(config, dev, DistInfo())
-    runner.restore(info["preprocessing"], path)
+    runner = restore_task(info, path, device)
+    dev = runner.device
     if runtime not in RUNTIMES:
         from core.errors import unknown_name
 
