@@ -45,7 +45,7 @@ def export_onnx(run: Run, out: Path, tolerance: float = TOLERANCE, n: int = 8) -
     checks = {}
     for graph in run.task.onnx_graphs(model, n):
         file = out / f"{graph.name}.onnx"
-        checks[graph.name] = _export_checked(graph, file, tolerance, ort)
+        checks[graph.name] = export_graph(graph, file, tolerance, ort)
         log.info("%s: max |onnxruntime - PyTorch| = %.2e (limit %.2e) on %s", file.name,
                  checks[graph.name]["max_abs_diff"], checks[graph.name]["limit"], checks[graph.name]["examples"])
     for name in run.task.artifact_files():
@@ -58,9 +58,13 @@ def export_onnx(run: Run, out: Path, tolerance: float = TOLERANCE, n: int = 8) -
     return checks
 
 
-def _export_checked(graph: Graph, file: Path, tolerance: float, ort) -> dict[str, Any]:
+def export_graph(graph: Graph, file: Path, tolerance: float = TOLERANCE, ort=None) -> dict[str, Any]:
     """Export ``graph`` (TorchScript exporter, else torch.export) and check it; the file is removed if neither
-    export agrees with PyTorch within the limit."""
+    export agrees with PyTorch within the limit. Returns the check (see :func:`export_onnx`)."""
+    ort = ort or import_extra("onnxruntime", "ONNX export", "onnx")
+    # eval mode, and a wrapper's own flag too: the exporter restores the wrapper's mode on its whole tree afterwards,
+    # which would leave a model shared by two graphs (encoder, decoder step) with its dropout on for the second
+    graph.module.eval()
     with torch.no_grad():
         expected = graph.module(*graph.inputs.values())
     expected = [t.float().numpy() for t in (expected if isinstance(expected, tuple) else (expected,))]
