@@ -148,6 +148,10 @@ def test_unrelated_and_other_size_checkpoints_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"another size of this model: tokens.proj.weight checkpoint \[64, 3, 8, 8\] "
                                          r"ours \[32, 3, 8, 8\]"):
         zoo.create("vit", preset="tiny", pretrained=save(wide.state_dict(), tmp_path / "wide.pth"), **VIT)
+    pooled = TimmViT(**{**vit_kwargs(zoo.get_variant("vit").config("tiny", **VIT)), "global_pool": "avg",
+                        "class_token": False, "fc_norm": True})  # norm after pooling: another function
+    with pytest.raises(ValueError, match="normalises after pooling"):
+        zoo.create("vit", preset="tiny", pretrained=save(pooled.state_dict(), tmp_path / "avg.pth"), **VIT)
     with pytest.raises(ValueError, match="does not fit this model"):  # a Swin checkpoint is not a ViT
         zoo.create("vit", preset="tiny", pretrained=save(timm_swin.SwinTransformer(
             **swin_kwargs(zoo.get_variant("swin").config("tiny"))).state_dict(), tmp_path / "swin.pth"), **VIT)

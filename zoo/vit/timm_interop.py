@@ -69,6 +69,7 @@ def timm_state_to_ours(state: dict[str, torch.Tensor], ours: nn.Module | None = 
     """A timm ``VisionTransformer`` state dict under our names; a name with no counterpart keeps timm's.
 
     The ``import_weights`` of ViT (and, with DeiT's ``renames``, of DeiT): ``--init-from`` a timm checkpoint.
+    ``ours`` is not needed (ViT's names do not depend on its sizes); it is there for ``import_weights``' signature.
     Raises ValueError for a timm model that normalises after pooling (``fc_norm``), which ours does not have.
     """
     if any(name.startswith("fc_norm.") for name in state):
