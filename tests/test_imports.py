@@ -3,6 +3,7 @@ made on call is an import — form no cycle; and the floors of the house import 
 
     zoo (the package's front door: zoo.create, zoo.load_run)
     tasks.cli                                   the `zoo` command
+    tasks.site                                  the static site: variants, lessons, comparisons as pages
     tasks.lab                                   the lessons
     tasks.translation, tasks.cifar, tasks.medseg   the task runners
     tasks.compare, tasks.plugins, tasks.doctor  comparisons, plugins, the doctor on runs
@@ -33,9 +34,9 @@ FLOORS = (
     ("tasks.engine", 3), ("tasks.runs", 4), ("tasks.sweeps", 5),
     ("tasks.compare", 6), ("tasks.plugins", 6), ("tasks.doctor", 6),
     ("tasks.translation", 7), ("tasks.cifar", 7), ("tasks.medseg", 7),
-    ("tasks.lab", 8), ("tasks.cli", 9),
+    ("tasks.lab", 8), ("tasks.site", 9), ("tasks.cli", 10),
 )
-FACADE, TOP = "zoo", 10  # zoo/__init__.py: what users import; nothing in the project imports it
+FACADE, TOP = "zoo", 11  # zoo/__init__.py: what users import; nothing in the project imports it
 
 
 def _module_name(path: Path) -> str:

@@ -14,52 +14,9 @@ import typing
 from collections.abc import Sequence
 
 
-def variant_rows(task: str | None = None) -> list[dict]:
-    """One row per registered variant: paper, parts changed, tasks, parameters per preset."""
-    import torch
-
-    from zoo.registry import list_variants
-
-    rows = []
-    from zoo.registry import registrations
-
-    for variant in [v for n in list_variants(task) for v in registrations(n)]:  # a name may serve several tasks
-        if task is not None and task not in variant.tasks:
-            continue
-        name = variant.name
-        params = {}
-        for preset in variant.presets:
-            with torch.device("meta"):  # shapes only: no memory, no initialisation cost
-                model = variant.build(variant.config(preset))
-            params[preset] = sum(p.numel() for p in model.parameters())
-        rows.append({
-            "name": name,
-            "paper": {"title": variant.paper.title, "year": variant.paper.year, "url": variant.paper.url},
-            "parts_changed": list(variant.parts_changed),
-            "tasks": list(variant.tasks),
-            "spatial_dims": getattr(variant, "spatial_dims", 2),  # 3: trained on 3D patches (medseg)
-            "parameters": params,
-            "summary": variant.summary,
-        })
-    return rows
-
-
-def _millions(n: int) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
-
-
-def variants_markdown(rows: list[dict]) -> str:
-    lines = ["| variant | paper | parts changed | tasks | parameters per preset |", "|---|---|---|---|---|"]
-    for r in rows:
-        paper = f"[{r['paper']['title']}]({r['paper']['url']}) ({r['paper']['year']})"
-        params = ", ".join(f"{k} {_millions(v)}" for k, v in r["parameters"].items())
-        tasks = ", ".join(r["tasks"]) + (" (3D)" if r["spatial_dims"] == 3 else "")
-        lines.append(f"| `{r['name']}` | {paper} | {', '.join(r['parts_changed']) or '(the base)'} "
-                     f"| {tasks} | {params} |")
-    return "\n".join(lines)
-
-
 def _cmd_list(args: argparse.Namespace) -> int:
+    from zoo.analysis.catalogue import millions, variant_rows, variants_markdown
+
     rows = variant_rows(args.task)
     if args.format == "json":
         print(json.dumps(rows, indent=2))
@@ -69,7 +26,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"{'variant':<14} {'parts changed':<22} {'tasks':<24} {'parameters per preset':<48} paper")
         for r in rows:
             parts = ", ".join(r["parts_changed"]) or "(the base)"
-            params = ", ".join(f"{k} {_millions(v)}" for k, v in r["parameters"].items())
+            params = ", ".join(f"{k} {millions(v)}" for k, v in r["parameters"].items())
             paper = f"{r['paper']['title']} ({r['paper']['year']})"
             tasks = ", ".join(r["tasks"]) + (" (3D)" if r["spatial_dims"] == 3 else "")
             print(f"{r['name']:<14} {parts:<22} {tasks:<24} {params:<48} {paper}")
@@ -173,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tasks.cli.lab import add_lab_command
 
     add_lab_command(sub)
+    from tasks.cli.site import add_site_command
+
+    add_site_command(sub)
     from tasks.cli.doctor import add_doctor_command
 
     add_doctor_command(sub)

@@ -9,8 +9,9 @@ import pytest
 import zoo
 from core.model import build_transformer
 from core.parts import PARTS, PROCEDURES
-from tasks.cli.main import main, variant_rows, variants_markdown
+from tasks.cli.main import main
 from tasks.engine.registry import task_shape
+from zoo.analysis.catalogue import variant_rows, variants_markdown
 from zoo.analysis.delta import flops_by_part, measure, module_flops
 from zoo.analysis.report import render_markdown
 

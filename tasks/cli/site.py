@@ -1,0 +1,32 @@
+"""``zoo site --out DIR [--runs DIR ...] [--lessons DIR]``: the package as a static site (:mod:`tasks.site`)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_site_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("site", help="write every variant's changes and code, the lessons and comparisons as a "
+                       "static site (plain HTML, no server)")
+    p.add_argument("--out", default="site", help="the site's folder (default: site/); open OUT/index.html")
+    p.add_argument("--runs", nargs="*", default=[], metavar="DIR", help="finished comparisons (zoo compare --out) "
+                   "to give a page each")
+    p.add_argument("--lessons", default="runs/lab", metavar="DIR", help="where lessons' results are (zoo lab's "
+                   "runs/lab/LESSON, the default); a missing lesson is run there with --quick")
+    p.add_argument("--no-run-lessons", action="store_true", help="list missing lessons as not run instead of "
+                   "running them (each takes minutes)")
+    p.add_argument("--variants", default=None, help="comma-separated variants that get a page (default: all)")
+    p.add_argument("--no-check", action="store_true", help="leave out the conformance suite (zoo check)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd_site)
+
+
+def _cmd_site(args: argparse.Namespace) -> int:
+    from tasks.site.build import build_site
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
+    summary = build_site(args.out, args.runs, args.lessons, variants, not args.no_run_lessons, not args.no_check,
+                         progress=not args.quiet)
+    print(f"wrote {summary['variants']} variant pages, {summary['lessons']} lessons and {summary['comparisons']} "
+          f"comparisons to {summary['out']}/; open {summary['out']}/index.html in a browser")
+    return 0

@@ -1,0 +1,96 @@
+"""Build the site: the variant pages, the lesson pages, the comparison pages and the index that links them."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from tasks.site.comparisons import comparison_entries
+from tasks.site.lessons import lesson_entries
+from tasks.site.page import STYLE, escape, page, stylesheet, table
+from tasks.site.variant import variant_page
+from zoo.analysis.catalogue import millions, variant_rows
+
+log = logging.getLogger(__name__)
+
+
+def build_site(out: str | Path, runs: list[str | Path] = (), lessons: str | Path = "runs/lab",
+               variants: list[str] | None = None, run_lessons: bool = True, check: bool = True,
+               progress: bool = True) -> dict[str, Any]:
+    """Write the site to ``out`` (see :mod:`tasks.site`); returns what it holds.
+
+    Args:
+        out: the site's folder (created; pages already there are overwritten).
+        runs: finished comparison folders (``zoo compare --out``).
+        lessons: where lessons' results are read (``zoo lab``'s ``runs/lab/NAME``); a missing one is run there
+            with ``--quick`` when ``run_lessons``, else listed on the index as not run.
+        variants: the variants that get a page (default: all); the index lists every registered variant.
+        check: run the conformance suite (``zoo check`` at the ``tiny`` preset) for each variant page.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder for the site")
+    runs = [Path(r) for r in runs]
+    for folder in runs:  # before anything is built: a typo should cost no time
+        if not folder.is_dir():
+            raise FileNotFoundError(f"--runs {folder} does not exist; give the --out folder of `zoo compare`")
+    rows = variant_rows()
+    known = [r["name"] for r in rows]
+    for name in variants or ():
+        if name not in known:
+            from core.errors import unknown_name
+
+            raise unknown_name("variant", name, known)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / STYLE).write_text(stylesheet())
+    pages = {}
+    chosen = [r for r in rows if variants is None or r["name"] in variants]
+    for row in tqdm(chosen, desc="variant pages", unit="variant", disable=not progress, leave=False):
+        if row["name"] not in pages:  # a name registered for several tasks: one page, its first task
+            pages[row["name"]] = variant_page(row, out / "variants" / row["name"], check)
+    lesson_list = lesson_entries(Path(lessons), out / "lessons", run_lessons, progress)
+    comparisons = comparison_entries(runs, out / "comparisons")
+    (out / "index.html").write_text(page("The Transformer variant zoo", _index(rows, pages, lesson_list,
+                                                                                 comparisons), 0))
+    summary = {"variants": len(pages), "lessons": sum(e["page"] is not None for e in lesson_list),
+               "comparisons": len(comparisons), "out": str(out)}
+    log.info("site: %(variants)d variant pages, %(lessons)d lessons, %(comparisons)d comparisons in %(out)s", summary)
+    return summary
+
+
+def _index(rows: list[dict], pages: dict, lessons: list[dict], comparisons: list[dict]) -> str:
+    seen, variant_rows_html = set(), []
+    for r in rows:
+        name = escape(r["name"])
+        link = f"<a href='variants/{name}/index.html'>{name}</a>" if r["name"] in pages and r["name"] not in seen \
+            else name
+        seen.add(r["name"])
+        verdict = (pages.get(r["name"]) or {}).get("check")
+        variant_rows_html.append([
+            link, f"<a href='{escape(r['paper']['url'])}'>{escape(r['paper']['title'])}</a> ({r['paper']['year']})",
+            escape(", ".join(r["parts_changed"]) or "(the base)"),
+            escape(", ".join(r["tasks"]) + (" (3D)" if r["spatial_dims"] == 3 else "")),
+            escape(", ".join(f"{k} {millions(v)}" for k, v in r["parameters"].items())),
+            f"<span class='{verdict.lower()}'>{verdict}</span>" if verdict else "–"])
+    lesson_rows = []
+    for e in lessons:
+        lesson = e["lesson"]
+        title = f"<a href='{e['page']}'>{escape(lesson.title)}</a>" if e["page"] else escape(lesson.title)
+        state = ("holds" if e["holds"] else "does not hold in this run") if e["page"] else \
+            f"not run yet: <code>zoo lab {escape(lesson.name)} --quick</code>"
+        lesson_rows.append([title, escape(lesson.part), escape(lesson.question), state])
+    compare = "".join(f"<li><a href='{c['page']}'>{escape(c['title'])}</a> <span class='muted'>({escape(c['name'])})"
+                      f"</span></li>" for c in comparisons) or "<li class='muted'>None given (zoo site --runs DIR)</li>"
+    return (
+        "<h1>The Transformer variant zoo</h1>\n<p>The classic Transformer and its famous variants, each a declared "
+        "patch on it: what each changed and why, the code beside the classic code, and what the change measures. "
+        "Every number here was computed by the package that wrote this site.</p>\n"
+        "<h2 id='variants'>Variants</h2>\n" + table(["variant", "paper", "parts changed", "tasks", "parameters per "
+                                                     "preset", "zoo check"], variant_rows_html) +
+        "\n<h2 id='lessons'>Lessons</h2>\n" + table(["lesson", "part", "question", "expected direction"],
+                                                   lesson_rows) +
+        f"\n<h2 id='comparisons'>Comparisons</h2>\n<ul>{compare}</ul>"
+    )
