@@ -91,3 +91,16 @@ def test_the_command(site, tmp_path, capsys):
                  "--variants", "classic", "--no-check", "--quiet"]) == 0
     assert "wrote 1 variant pages, 1 lessons and 0 comparisons" in capsys.readouterr().out
     assert (tmp_path / "s" / "index.html").is_file()
+
+
+def test_a_plugin_variant_is_on_the_index_and_gets_its_page(site, tmp_path):
+    from tasks.plugins.loader import load_user_dir
+    from tests.plugin_helpers import EXAMPLE, isolated_registry
+
+    with isolated_registry():
+        load_user_dir(EXAMPLE)
+        build_site(tmp_path / "s", [], site.root / "lab", ["swiglu"], run_lessons=False, check=False, progress=False)
+    index = (tmp_path / "s" / "index.html").read_text()
+    assert "<a href='variants/swiglu/index.html'>swiglu</a>" in index
+    page = (tmp_path / "s" / "variants" / "swiglu" / "index.html").read_text()
+    assert "swiglu.ffn.SwigluFFN" in page and "PositionwiseFFN" in page  # the plugin's FFN beside the classic one
