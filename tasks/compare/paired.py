@@ -135,10 +135,10 @@ def metric_intervals(path: Path | str, info: dict, resamples: int = RESAMPLES, c
         except (FileNotFoundError, ValueError):
             continue  # a split the run has no records of
         stats = metric.stats(records, info)  # (n, k)
-        samples = metric.score(resample_counts(len(records), resamples) @ stats)  # (B,)
+        samples = metric.score(_resampled_sums(metric, resample_counts(len(records), resamples), stats))  # (B,)
         interval = percentile_interval(samples, confidence) or (float("nan"), float("nan"))
         out.append({"key": metric.key, "title": metric.title, "split": metric.split, "n": len(records),
-                    "value": float(metric.score(stats.sum(0))[0]), "low": interval[0], "high": interval[1]})
+                    "value": _score(metric, stats), "low": interval[0], "high": interval[1]})
     return out
 
 
