@@ -29,7 +29,6 @@ import dataclasses
 import json
 import logging
 import pickle
-import shutil
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -86,9 +85,7 @@ def export_bundle(run: Run, out: str | Path) -> Path:
     state = {name: tensor.detach().cpu() for name, tensor in run.model.state_dict().items()}
     with atomic_path(out / MODEL_FILE) as tmp:
         torch.save(state, tmp)
-    for name in [*run.task.artifact_files(), *(["metrics.json"] if run.metrics is not None else [])]:
-        with atomic_path(configs / name) as tmp:
-            shutil.copy2(run.path / name, tmp)
+    run.copy_artifacts(configs)
     write_json_atomic(configs / RUN_FILE, {**run.info, "weights": f"../{MODEL_FILE}",
                                            "exported_from": str(run.weights)})
     write_json_atomic(configs / "metadata.json", bundle_metadata(run))

@@ -14,7 +14,6 @@ None of them pickles code: the weights are safetensors (or a plain state dict re
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,7 +56,7 @@ def export_run(path: str | Path, out: str | Path | None = None, format: str = "s
         from safetensors.torch import save_model
 
         save_model(run.model, str(tmp), metadata={"task": run.info["task"], "variant": run.variant})
-    copy_artifacts(run, out)
+    run.copy_artifacts(out)
     info = {**run.info, "weights": WEIGHTS_FILE, "exported_from": str(run.weights)}
     if format == "safetensors":
         write_json_atomic(out / RUN_FILE, info)
@@ -67,14 +66,6 @@ def export_run(path: str | Path, out: str | Path | None = None, format: str = "s
     found = intervals(run.path, run.info) if intervals is not None else []
     write_text_atomic(out / "README.md", model_card(run, out, found))
     return out
-
-
-def copy_artifacts(run: Run, out: Path) -> None:
-    """The files the run's preprocessing names (tokenizer, classes) and its metrics, beside the weights."""
-    for name in run.task.artifact_files():
-        shutil.copy2(run.path / name, out / name)
-    if run.metrics is not None:
-        shutil.copy2(run.path / "metrics.json", out / "metrics.json")
 
 
 def model_card(run: Run, out: Path, intervals: list[dict[str, Any]]) -> str:

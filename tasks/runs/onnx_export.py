@@ -14,8 +14,6 @@ onnxruntime`` (:mod:`tasks.runs.onnx_runtime`) uses it without building the PyTo
 
 from __future__ import annotations
 
-import logging
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,6 @@ from core.errors import import_extra
 from tasks.engine.export_graphs import Graph
 from tasks.runs.run import RUN_FILE, Run
 
-log = logging.getLogger(__name__)
 TOLERANCE = 1e-4  # relative to the output's magnitude: float32 kernels of two runtimes, not a model change
 OPSET = 17
 
@@ -46,12 +43,7 @@ def export_onnx(run: Run, out: Path, tolerance: float = TOLERANCE, n: int = 8) -
     for graph in run.task.onnx_graphs(model, n):
         file = out / f"{graph.name}.onnx"
         checks[graph.name] = export_graph(graph, file, tolerance, ort)
-        log.info("%s: max |onnxruntime - PyTorch| = %.2e (limit %.2e) on %s", file.name,
-                 checks[graph.name]["max_abs_diff"], checks[graph.name]["limit"], checks[graph.name]["examples"])
-    for name in run.task.artifact_files():
-        shutil.copy2(run.path / name, out / name)
-    if run.metrics is not None:
-        shutil.copy2(run.path / "metrics.json", out / "metrics.json")
+    run.copy_artifacts(out)
     info = {**run.info, "runtime": "onnxruntime", "precision": "fp32", "exported_from": str(run.weights),
             "graphs": {name: f"{name}.onnx" for name in checks}, "onnx_check": checks}
     write_json_atomic(out / RUN_FILE, info)

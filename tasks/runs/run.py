@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from core.atomic import atomic_path
 from tasks.engine.checkpoint import load_checkpoint, package_version
 from tasks.engine.config import config_from_dict
 from tasks.engine.distributed import DistInfo, select_device
@@ -92,6 +94,13 @@ class Run:
     def precision(self) -> str:
         """What the run trained in, ``fp32`` or ``bf16`` (``run.json``'s ``precision``; older runs: fp32)."""
         return self.info.get("precision") or "fp32"
+
+    def copy_artifacts(self, out: Path) -> None:
+        """Copy the files the preprocessing names (tokenizer, classes) and ``metrics.json`` into ``out``, each
+        written atomically: what an exported folder needs beside its weights to be used as the run."""
+        for name in [*self.task.artifact_files(), *(["metrics.json"] if self.metrics is not None else [])]:
+            with atomic_path(out / name) as tmp:
+                shutil.copy2(self.path / name, tmp)
 
     def context(self) -> AbstractContextManager:
         """The precision the model computes in as it was trained: ``with run.context(): run.model(x)``.
