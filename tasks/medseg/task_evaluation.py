@@ -30,6 +30,11 @@ def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
+
+def channels_first(volume: Volume) -> Tensor:
+    """A case's image as a 3D model takes it, float32. Shape: (D, H, W) or (C, D, H, W) -> (C, D, H, W)."""
+    return torch.from_numpy(np.asarray(volume.image if volume.image.ndim == 4 else volume.image[None], np.float32))
+
 class MedsegEvaluation:
     """Mixin of :class:`~tasks.medseg.task.MedsegTask` : predicts and scores the cases of
     ``volumes[split]``, and writes the final report. The state the mixins share is documented on ``MedsegTask``
@@ -91,11 +96,8 @@ class MedsegEvaluation:
         from tasks.medseg.sliding import ensemble_probabilities, mirrored_probabilities
 
         models = list(model) if isinstance(model, list | tuple) else [model]
-        if self.spatial_dims == 3:
-            image = torch.from_numpy(np.asarray(volume.image if volume.image.ndim == 4 else volume.image[None],
-                                                np.float32))  # (C, D, H, W)
-        else:
-            image = self.zoomed(volume).transpose(0, 1)  # (C, D, S, S)
+        # (C, D, H, W) for a 3D model; the zoomed slices (C, D, S, S) for a 2D one
+        image = channels_first(volume) if self.spatial_dims == 3 else self.zoomed(volume).transpose(0, 1)
         axes = self.mirror_axes() if mirror else ()
         members = [lambda x, m=m: mirrored_probabilities(lambda y: self._softmax(m, y, batch_size), x, axes)
                    for m in models]
@@ -129,8 +131,7 @@ class MedsegEvaluation:
             return [batch_graph(model, "slices", slices[start : start + n])]
         from monai.transforms import CenterSpatialCrop, SpatialPad
 
-        image = torch.from_numpy(np.asarray(volume.image if volume.image.ndim == 4 else volume.image[None],
-                                            np.float32))  # (C, D, H, W)
+        image = channels_first(volume)  # (C, D, H, W)
         patch = CenterSpatialCrop(self.patch_size)(SpatialPad(self.patch_size)(image))  # (C, pd, ph, pw)
         flipped = patch.flip(-1)  # a second, different example: the batch axis is checked at 2
         return [batch_graph(model, "patches", torch.stack([torch.as_tensor(patch), torch.as_tensor(flipped)]))]
