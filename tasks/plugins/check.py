@@ -99,6 +99,11 @@ class Report:
     def failed(self) -> list[Row]:
         return [r for r in self.rows if r.ok is False]
 
+    @property
+    def applied(self) -> list[Row]:
+        """The checks that apply to the model (not n/a)."""
+        return [r for r in self.rows if r.ok is not None]
+
     def row(self, check: str, preset: str | None = None) -> Row:
         """The row of ``check`` (of ``preset``, default: the first preset checked)."""
         for r in self.rows:
@@ -428,7 +433,7 @@ def render(report: Report) -> str:
 
 def summary(report: Report) -> str:
     presets = len(dict.fromkeys(r.preset for r in report.rows))
-    applied = [r for r in report.rows if r.ok is not None]
+    applied = report.applied
     verdict = "PASS" if not report.failed else f"FAIL ({', '.join(f'{r.preset}/{r.check}' for r in report.failed)})"
     return (f"{report.variant} on {report.task}: {len(applied) - len(report.failed)}/{len(applied)} checks passed "
             f"over {presets} preset(s) in {report.seconds:.0f} s: {verdict}")

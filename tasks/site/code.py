@@ -38,38 +38,43 @@ class ChangeCode:
     note: str = ""  # why no classic side is shown (a change without a revert)
 
 
-def change_code(variant: Variant, change: Change, preset: str) -> ChangeCode:
-    """The code of ``change`` of ``variant`` at ``preset`` (see the module docstring)."""
+def build(variant: Variant, config) -> nn.Module:
+    """``variant`` built from ``config`` on the meta device: its module types, no weights."""
+    with torch.device("meta"):
+        return variant.build(config)
+
+
+def change_code(variant: Variant, change: Change, preset: str, model: nn.Module | None = None) -> ChangeCode:
+    """The code of ``change`` of ``variant`` at ``preset`` (see the module docstring); ``model``: the variant
+    already built at ``preset`` (by :func:`build`), shared by the changes of one page."""
     config = variant.config(preset)
-    ours = _classes(variant, config, change.parts)
+    model = model if model is not None else build(variant, config)
+    ours = _classes(model, change.parts)
     if not change.revertible:
         return ChangeCode(_side(ours), Side(), "", f"no classic side: {change.no_revert}")
-    reverted = variant.config(preset, **change.revert)
-    theirs = _classes(variant, reverted, change.parts)
+    theirs = _classes(build(variant, variant.config(preset, **change.revert)), change.parts)
     only_ours, only_theirs = [c for c in ours if c not in theirs], [c for c in theirs if c not in ours]
     if any(_own(c) for c in only_ours + only_theirs):
         # a side with no class of its own shows the classes of the change's own part it keeps
-        kept = _classes(variant, config, (change.part,))
+        kept = _classes(model, (change.part,))
         shared = [c for c in ours if c in theirs and c in kept and _own(c)]
         shared = shared if len(shared) <= 3 else []  # a whole topology kept (stacking) is not "the code replaced"
         return ChangeCode(_side(only_ours if any(map(_own, only_ours)) else only_ours + shared),
                           _side(only_theirs if any(map(_own, only_theirs)) else only_theirs + shared), "")
     # the same classes of ours: a setting changed (or a library class, GELU for ReLU); show who reads the setting
-    readers = [c for c in ours if c in theirs and _own(c)] or _readers(variant, config, tuple(change.revert))
+    readers = [c for c in ours if c in theirs and _own(c)] or _readers(model, tuple(change.revert))
     setting = "\n".join([f"# {variant.name}", *(f"{k} = {getattr(config, k)!r}" for k in change.revert),
                          "# the classic choice", *(f"{k} = {v!r}" for k, v in change.revert.items())])
     return ChangeCode(_side(only_ours + readers), _side(only_theirs + readers), setting + "\n")
 
 
-def part_code(variant: Variant, part: str, preset: str) -> Side:
-    """The classes of ``variant`` tagged with ``part`` (the classic model's page: its code, part by part)."""
-    return _side(_classes(variant, variant.config(preset), (part,)))
+def part_code(model: nn.Module, part: str) -> Side:
+    """The classes of ``model`` tagged with ``part`` (the classic model's page: its code, part by part)."""
+    return _side(_classes(model, (part,)))
 
 
-def _readers(variant: Variant, config, names: tuple[str, ...]) -> list[type]:
+def _readers(model: nn.Module, names: tuple[str, ...]) -> list[type]:
     """The classes of ours in the whole model whose source reads one of the config fields ``names``."""
-    with torch.device("meta"):
-        model = variant.build(config)
     found: dict[type, None] = {}
     for module in model.modules():
         cls = type(module)
@@ -78,17 +83,8 @@ def _readers(variant: Variant, config, names: tuple[str, ...]) -> list[type]:
     return list(found)
 
 
-def _source(cls: type) -> str:
-    try:
-        return inspect.getsource(cls)
-    except (OSError, TypeError):  # a class made at run time has no source file
-        return ""
-
-
-def _classes(variant: Variant, config, parts: tuple[str, ...]) -> list[type]:
+def _classes(model: nn.Module, parts: tuple[str, ...]) -> list[type]:
     """The classes of the modules tagged with ``parts``, in the order the model builds them."""
-    with torch.device("meta"):
-        model = variant.build(config)
     owner = module_parts(model)
     found: dict[type, None] = {}
     for name, module in model.named_modules():
@@ -99,6 +95,13 @@ def _classes(variant: Variant, config, parts: tuple[str, ...]) -> list[type]:
 
 def _own(cls: type) -> bool:
     return cls.__module__.startswith(OWN)
+
+
+def _source(cls: type) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):  # a class made at run time has no source file
+        return ""
 
 
 def _side(classes: list[type]) -> Side:

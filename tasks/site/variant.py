@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from core.parts import PARTS
-from tasks.site.code import ChangeCode, change_code, part_code
+from tasks.site.code import ChangeCode, build, change_code, part_code
 from tasks.site.page import code_html, escape, markdown_html, page, table
 from zoo.analysis.catalogue import millions
 from zoo.registry import Change, Variant, get_variant
@@ -30,11 +30,12 @@ def variant_page(row: dict[str, Any], folder: Path, check: bool = True) -> dict[
     parts += ["<h2 id='changes'>What changed, and the code</h2>",
               f"<p class='muted'>Code of the modules each change builds, read from the source (at preset "
               f"<code>{escape(code_preset)}</code>), beside the classic code the change replaces.</p>"]
-    parts += [_change(variant, change, change_code(variant, change, code_preset)) for change in variant.changes]
+    model = build(variant, variant.config(code_preset))  # shared by every change's code
+    parts += [_change(variant, change, change_code(variant, change, code_preset, model)) for change in variant.changes]
     if not variant.changes:
         parts.append("<p>The classic model itself: the base every variant patches. Its code, part by part:</p>")
         for part in PARTS:
-            side = part_code(variant, part, code_preset)
+            side = part_code(model, part)
             if side.classes:
                 parts.append(f"<section class='change' id='part-{part}'><h3>{part}</h3>"
                              f"{_pane(variant.name, side.sources, side.classes)}</section>")
@@ -126,7 +127,7 @@ def _check(name: str, task: str, preset: str) -> tuple[str, str]:
     report = check_variant(name, task, [preset])[0]
     rows = [[escape(r.check), f"<span class='{'fail' if r.ok is False else 'pass' if r.ok else 'muted'}'>"
              f"{r.result}</span>", escape(r.measured), escape(r.reason)] for r in report.rows]
-    applied = [r for r in report.rows if r.ok is not None]
+    applied = report.applied
     verdict = "PASS" if not report.failed else "FAIL"
     head = (f"<h2 id='check'>Conformance (<code>zoo check {escape(name)} --preset {escape(preset)}</code>)</h2>\n"
             f"<p>{len(applied) - len(report.failed)} of {len(applied)} checks passed: "
