@@ -27,6 +27,15 @@ from zoo.vision import volume_inputs
 
 MONAI = "MONAI's network has no switch for it"
 
+
+
+def register_3d(**fields) -> Variant:
+    """Register one of MONAI's 3D segmenters: what the three share (medseg, 3D patches, the ``cpu`` preset by
+    default, MONAI's checkpoint names) filled in, the rest given."""
+    return register(Variant(tasks=("medseg",), default_preset="cpu", example_input=volume_inputs, spatial_dims=3,
+                            import_weights=monai_state_to_ours, **fields))
+
+
 CNN_DECODER = Change(
     "stacking",
     "an isotropic stack of layers at one resolution, no decoder",
@@ -35,11 +44,10 @@ CNN_DECODER = Change(
     scope="task-specific", no_revert=MONAI,
 )
 
-SWINUNETR = register(Variant(
+SWINUNETR = register_3d(
     name="swinunetr3d",
     paper=Paper("Swin UNETR: Swin Transformers for Semantic Segmentation of Brain Tumors in MRI Images", 2022,
                 "https://arxiv.org/abs/2201.01266"),
-    tasks=("medseg",),
     config_class=SwinUNETR3DConfig,
     presets=SWINUNETR_PRESETS,
     build=swin_unetr_3d,
@@ -55,18 +63,13 @@ SWINUNETR = register(Variant(
                scope="task-specific", no_revert=MONAI),
         CNN_DECODER,
     ),
-    default_preset="cpu",
     summary="MONAI's 3D SwinUNETR (feature size 12 on a CPU, 48 in the paper): four Swin stages with patch merging on "
             "3D patches, a residual CNN decoder to per-voxel logits.",
-    example_input=volume_inputs,
-    spatial_dims=3,
-    import_weights=monai_state_to_ours,
-))
+)
 
-UNETR = register(Variant(
+UNETR = register_3d(
     name="unetr",
     paper=Paper("UNETR: Transformers for 3D Medical Image Segmentation", 2022, "https://arxiv.org/abs/2103.10504"),
-    tasks=("medseg",),
     config_class=UNETRConfig,
     presets=UNETR_PRESETS,
     build=unetr,
@@ -85,19 +88,14 @@ UNETR = register(Variant(
                "1/8, 1/4 and 1/2 of the volume", "a ViT alone sees 16-voxel patches: too coarse for dense labels",
                scope="task-specific", no_revert=MONAI),
     ),
-    default_preset="cpu",
     summary="MONAI's UNETR: a 12-layer ViT on 16³-voxel patches (width 192 on a CPU, 768 in the paper) whose "
             "layers 3, 6, 9 and 12 feed a CNN decoder.",
-    example_input=volume_inputs,
-    spatial_dims=3,
-    import_weights=monai_state_to_ours,
-))
+)
 
-DYNUNET = register(Variant(
+DYNUNET = register_3d(
     name="dynunet",
     paper=Paper("nnU-Net: a self-configuring method for deep learning-based biomedical image segmentation", 2021,
                 "https://doi.org/10.1038/s41592-020-01008-z"),
-    tasks=("medseg",),
     config_class=DynUNetConfig,
     presets=DYNUNET_PRESETS,
     build=dyn_unet,
@@ -106,13 +104,9 @@ DYNUNET = register(Variant(
                "the 3D CNN baseline: what a Transformer segmenter must beat", scope="task-specific", no_revert=MONAI),
         CNN_DECODER,
     ),
-    default_preset="cpu",
     summary="The 3D CNN baseline: MONAI's DynUNet with nnU-Net's 3d_fullres geometry planned from the data's spacing "
             "and the patch (kernel 1 along a coarse axis until the others catch up, stride 2 while a side stays ≥ 4).",
-    example_input=volume_inputs,
-    spatial_dims=3,
-    import_weights=monai_state_to_ours,
-))
+)
 
 __all__ = [
     "DYNUNET", "SWINUNETR", "UNETR", "DynUNetConfig", "DynUNetPlan", "SwinUNETR3DConfig", "UNETRConfig", "Volumetric",
