@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from tasks.cifar.datasets import IMAGE_SIZE, pad_to
 from tasks.cifar.report import attention_heatmaps, plot_attention
+from tasks.engine.progress import progress_bar
 from tasks.runs.run import Run
 
 DEFAULT_OUT = "predictions.csv"
@@ -121,8 +121,8 @@ def predict(run: Run, inputs: list[str], out: str | None = None, progress: bool 
     maps = None if attention is None else _attention_folder(run, Path(attention))
 
     rows = []
-    bar = tqdm(total=len(files), desc="predict", unit="image", disable=not progress or len(files) <= size,
-               leave=False, dynamic_ncols=True)
+    bar = progress_bar(total=len(files), desc="predict", unit="image", disable=not progress or len(files) <= size,
+                       leave=False, dynamic_ncols=True)
     for start in range(0, len(files), size):
         chunk = files[start : start + size]
         images = torch.from_numpy(np.stack([load_image(f, task.in_channels, task.native_size) for f in chunk]))

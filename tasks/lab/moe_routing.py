@@ -169,7 +169,7 @@ def train_routed(model: nn.Module, data: Seq2SeqData, steps: int, probe: tuple[T
     (:func:`routing_probe` on the held-out ``probe`` batch, and once more at the end).
     Linear warm-up over the first 10 % of the steps, then a linear decay to 0 (a decisive end state).
     """
-    from tqdm.auto import tqdm
+    from tasks.engine.progress import progress_bar
 
     rows, pad = data.pairs["train"], data.tokenizer.pad_id
     gen = torch.Generator().manual_seed(seed)
@@ -179,7 +179,7 @@ def train_routed(model: nn.Module, data: Seq2SeqData, steps: int, probe: tuple[T
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup + 1))))
     every = max(1, steps // probes)
     run, order = RoutedRun(), []
-    for step in tqdm(range(steps), desc=desc, disable=not progress, leave=False):
+    for step in progress_bar(range(steps), desc=desc, disable=not progress, leave=False):
         if step % every == 0:
             run.probe_steps.append(step)
             run.probes.append(routing_probe(model, *probe, pad))

@@ -105,7 +105,7 @@ def train(model: nn.Module, images: Images, index: Tensor, steps: int, normalize
           batch: int = BATCH, lr: float = LR) -> list[float]:
     """AdamW with warm-up and cosine decay for ``steps`` steps of ``batch`` images drawn from ``index``; the loss of
     each step. ``teacher``: hard targets for a distilling model; ``augment``: TrivialAugment per image."""
-    from tqdm.auto import tqdm
+    from tasks.engine.progress import progress_bar
 
     decay = [p for p in model.parameters() if p.ndim > 1]
     rest = [p for p in model.parameters() if p.ndim <= 1]
@@ -117,7 +117,7 @@ def train(model: nn.Module, images: Images, index: Tensor, steps: int, normalize
     order: list[int] = []
     losses = []
     model.train()
-    for step in tqdm(range(steps), desc=desc, disable=not progress, leave=False):
+    for step in progress_bar(range(steps), desc=desc, disable=not progress, leave=False):
         if len(order) < batch:  # epochs of the subset, reshuffled; a batch never repeats an image
             order += index[torch.randperm(len(index), generator=gen)].tolist()
         rows, order = order[:batch], order[batch:]

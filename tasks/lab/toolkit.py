@@ -114,7 +114,7 @@ def train(
         clip: gradient-norm clipping (None: off). The norm *before* clipping is logged.
         on_step: called after each backward pass, before the optimizer step (to read gradients).
     """
-    from tqdm.auto import tqdm
+    from tasks.engine.progress import progress_bar
 
     tok = data.tokenizer
     rows = data.pairs["train"]
@@ -124,7 +124,7 @@ def train(
     log = TrainLog([], [], [])
     order: list[int] = []
     model.train()
-    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
+    bar = progress_bar(range(steps), desc=desc, disable=not progress, leave=False)
     for step in bar:
         if len(order) < batch_size:
             order += torch.randperm(len(rows), generator=gen).tolist()

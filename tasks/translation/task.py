@@ -24,7 +24,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm import tqdm
 
 from core.decoding import beam_search, greedy_decode, sample_decode, strip_special
 from core.errors import check_int, check_number, check_positive, check_probability, unknown_name
@@ -32,6 +31,7 @@ from core.schedule import NoamLR
 from core.tables import markdown_table
 from tasks.engine.config import TrainConfig
 from tasks.engine.distributed import shard
+from tasks.engine.progress import progress_bar
 from tasks.engine.task import Task
 from tasks.runs.records import split_hash, write_records
 from tasks.translation import paired
@@ -237,8 +237,8 @@ class TranslationTask(Task):
         encoded = [tok.encode(s)[:limit] + [tok.eos_id] for s in sources]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         out: list[str] = [""] * len(sources)
-        bar = tqdm(total=len(sources), desc="translating", unit="sentence", disable=not progress, leave=False,
-                   dynamic_ncols=True)
+        bar = progress_bar(total=len(sources), desc="translating", unit="sentence", disable=not progress,
+                           leave=False, dynamic_ncols=True)
         for j in range(0, len(order), batch_size):
             idx = order[j : j + batch_size]
             src = pad_batch([encoded[i] for i in idx], tok.pad_id, self.device)
