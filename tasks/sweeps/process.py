@@ -90,13 +90,33 @@ def pack_folder(folder: Path) -> bytes:
 
 
 def unpack_folder(data: bytes, folder: Path) -> None:
-    """Write a :func:`pack_folder` archive into ``folder`` (files it holds are replaced)."""
+    """Write a :func:`pack_folder` archive into ``folder`` (files it holds are replaced).
+
+    An archive comes from a worker, and ``folder`` may hold symbolic links (a ``checkpoints`` folder linked to
+    scratch space): every member must be a plain file that lands inside ``folder`` once the links already there are
+    followed, or nothing is written. Python's ``"data"`` extraction filter then checks each member again where the
+    Python has it (3.12, and 3.8.17 / 3.9.17 / 3.10.12 / 3.11.4 on).
+
+    Raises:
+        ValueError: a member that is not a plain file, or that would be written outside ``folder``.
+    """
     folder.mkdir(parents=True, exist_ok=True)
+    root = os.path.realpath(folder)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        for member in tar.getmembers():  # plain files under the folder only, whatever the archive says
-            if not member.isfile() or member.name.startswith("/") or ".." in Path(member.name).parts:
-                raise ValueError(f"run folder archive holds {member.name!r}, not a file of the run folder")
-        tar.extractall(folder)
+        for member in tar.getmembers():  # all checked before anything is written
+            if not member.isfile():
+                raise ValueError(f"run folder archive holds {member.name!r}, which is not a plain file; a run folder "
+                                 "archive (pack_folder) holds plain files only")
+            target = os.path.realpath(os.path.join(root, member.name))  # through the links already in the folder
+            if os.path.commonpath([root, target]) != root:
+                raise ValueError(f"run folder archive member {member.name!r} would be written to {target}, outside "
+                                 f"the run folder {folder} (an absolute name, '..', or a symbolic link in the folder); "
+                                 "remove the link, or let the workers see the sweep's --out so nothing comes back "
+                                 "packed")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(folder, filter="data")
+        else:  # an older Python: the checks above are the whole filter
+            tar.extractall(folder)
 
 
 def run_anywhere(job: Job, packed: bytes) -> tuple[int, bytes | None]:

@@ -18,6 +18,7 @@ checkpoint is resumed, anything else starts from the beginning.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -29,25 +30,67 @@ from tasks.sweeps.process import LOG_FILE, resumable
 SWEEP_FILE = "sweep.json"
 SWEEP_FORMAT = 1
 STATES = ("pending", "running", "done", "preempted", "failed")
+CONFIG_FILE = "config.json"  # a run's settings, written by the sweep before it starts and by the run itself
+RUN_FILE = "run.json"  # written by a run when it starts, with its settings; with metrics.json, it finished
+
+log = logging.getLogger(__name__)
 
 
 def folder_state(spec: RunSpec, folder: Path) -> str:
     """``"done"`` (finished), ``"partial"`` (a checkpoint to resume from) or ``"new"``.
 
     Raises:
-        ValueError: the folder holds a run whose recorded config computes something else (its hash differs).
+        ValueError: the folder holds a run whose recorded config computes something else (its hash differs), or a
+            finished run whose settings cannot be read (:func:`recorded_config`).
     """
-    recorded = folder / "config.json"
-    if recorded.is_file():
-        found = config_hash(spec.task, json.loads(recorded.read_text()), spec.budget)
+    recorded = recorded_config(folder)
+    if recorded is not None:
+        found = config_hash(spec.task, recorded, spec.budget)
         if found != spec.key:
             raise ValueError(f"{folder} holds a run with other settings (config hash {found}, this sweep's "
                              f"{spec.key}); move it away or give the sweep another --out")
-    if (folder / "metrics.json").is_file() and (folder / "run.json").is_file():
+    if finished(folder):
         return "done"
     if resumable(folder):
         return "partial"
     return "new"
+
+
+def finished(folder: Path) -> bool:
+    """Whether the run in ``folder`` ran to its end (the trainer's last files, ``metrics.json`` and ``run.json``)."""
+    return (folder / "metrics.json").is_file() and (folder / RUN_FILE).is_file()
+
+
+def recorded_config(folder: Path) -> dict[str, Any] | None:
+    """The settings a run folder records: its ``config.json``, or, where that cannot be read (cut short by a crash
+    or a full disk), the ``config`` that ``run.json`` holds beside it; None when the folder records none.
+
+    None is safe for a run that did not finish: it starts again, or resumes from a checkpoint, whose own settings
+    ``--resume`` checks; the sweep first writes its ``config.json`` anew.
+
+    Raises:
+        ValueError: the run finished but neither file can be read, so nothing says what it computed.
+    """
+    unreadable = []
+    for name, key in ((CONFIG_FILE, None), (RUN_FILE, "config")):
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:  # a cut JSON text, or bytes that are no text, raise ValueError
+            value = json.loads(path.read_text())
+            value = value[key] if key else value
+        except (ValueError, KeyError, TypeError) as error:
+            unreadable.append(f"{path} ({type(error).__name__}: {error})")
+            continue
+        if isinstance(value, dict):
+            if unreadable:
+                log.warning("%s cannot be read: the settings of %s come from its %s", unreadable[0], folder, name)
+            return value
+        unreadable.append(f"{path} (a {type(value).__name__}, not a config object)")
+    if unreadable and finished(folder):
+        raise ValueError(f"{folder} holds a finished run whose settings cannot be read: {'; '.join(unreadable)}; "
+                         "move the folder away to train the run again, or give the sweep another --out")
+    return None
 
 
 def log_tail(folder: Path, lines: int = 20) -> str:
