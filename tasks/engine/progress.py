@@ -66,6 +66,7 @@ class LineProgress:
         self.file = sys.stderr if file is None else file
         self.interval = interval
         self.n, self.postfix, self.closed = 0, "", False
+        self.shown = 0  # the count the last line showed
         self.start = self.last = time.monotonic()
 
     def __iter__(self) -> Iterator:
@@ -101,11 +102,12 @@ class LineProgress:
         self.postfix = str(text)
 
     def close(self) -> None:
-        """Write the closing line (how far it got, how fast), once; nothing when no step was counted."""
+        """Write the closing line (how far it got, how fast), once; nothing when no step was counted since the
+        last line."""
         if self.closed:
             return
         self.closed = True
-        if self.n:
+        if self.n != self.shown:
             self._write(time.monotonic())
 
     def line(self, now: float) -> str:
@@ -128,6 +130,7 @@ class LineProgress:
         return f"{self.desc or 'progress'}: {', '.join(parts)}"
 
     def _write(self, now: float) -> None:
+        self.shown = self.n
         self.file.write(self.line(now) + "\n")
         self.file.flush()
 

@@ -52,7 +52,13 @@ def test_a_line_every_interval_with_the_rate_and_the_time_left(monkeypatch):
         bar.set_postfix(loss="0.412")
     bar.close()
     bar.close()  # once only
+    finished = io.StringIO()
+    with progress_bar(range(2), desc="slow", file=finished, interval=30) as slow:
+        for _ in slow:
+            clock.now += 40
     lines = out.getvalue().splitlines()
+    assert finished.getvalue().splitlines() == ["slow: 1/2 it (50 %), 40.0 s/it, elapsed 00:40, ETA 00:40",
+                                                "slow: 2/2 it (100 %), 40.0 s/it, elapsed 01:20"]  # not twice
     assert lines[0] == "epoch 2/10: 120/400 batch (30 %), 4.0 batch/s, elapsed 00:30, ETA 01:10, loss=0.412"
     assert len(lines) == 4  # at 30, 60 and 90 s, then the closing line (without an ETA)
     assert lines[-1] == "epoch 2/10: 399/400 batch (100 %), 4.0 batch/s, elapsed 01:39, loss=0.412"
