@@ -5,8 +5,9 @@ checkpoints, report, run.json, per-case records), trained on the other folds' ca
 the folds are one sweep (:mod:`tasks.sweeps`), trained one after another here or in parallel with ``--launcher``.
 The folds are nnU-Net's (sorted case names, KFold seed 12345) unless a ``splits_final.json`` in the data folder, in
 ``OUT`` or given by ``--splits`` says otherwise; ``OUT/splits_final.json`` holds the folds used, and every fold run
-reads it. A rerun skips each fold that finished (its ``metrics.json`` covers the epochs asked for, with the same
-settings), resumes a fold that stopped after a checkpoint, and trains the others.
+reads it. A rerun reuses each fold that finished with the same settings (every field but those that cannot change a
+result, :mod:`tasks.engine.same_run`: epochs included), resumes a fold that stopped after a checkpoint, trains the
+others, and refuses a fold folder trained with other settings, naming them.
 
 The cross-validation's figure is each fold's validation score (its ``valid`` split; for data without a labelled
 test split the fold's ``test`` split, which then is the validation cases). Written to ``OUT``:
@@ -30,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from core.tables import markdown_table
-from tasks.engine.config import check_folder, config_differences
+from tasks.engine.config import check_folder
+from tasks.engine.same_run import setting_differences
 from tasks.medseg.data import load_medseg
 from tasks.medseg.folds import SPLITS_FILE, resolve_folds, write_splits
 from tasks.medseg.metrics import CONVENTIONS
@@ -39,6 +41,8 @@ from tasks.medseg.task import MedsegConfig, nifti_options
 from tasks.sweeps.driver import run_sweep
 from tasks.sweeps.launchers import Launch
 from tasks.sweeps.plan import RunSpec
+from tasks.sweeps.process import resumable
+from tasks.sweeps.state import finished, recorded_config
 
 log = logging.getLogger(__name__)
 
@@ -108,22 +112,27 @@ def _training_cases(config: MedsegConfig) -> tuple[list[str], str, list[str]]:
 def fold_state(config: MedsegConfig) -> str:
     """``"done"`` (finished with these settings), ``"partial"`` (a checkpoint to resume) or ``"new"``.
 
+    A fold is reused only when its recorded settings are the requested ones outside the fields that cannot change a
+    result (:mod:`tasks.engine.same_run`): a fold trained for more epochs, compiled, or on another device is another
+    run, and is never reported under this command nor overwritten by it.
+
     Raises:
-        ValueError: the fold's folder holds a run trained with other settings.
+        ValueError: the fold's folder holds a run trained with other settings (named, with the flags that reuse it),
+            or a finished run whose settings cannot be read.
     """
     folder = Path(config.out)
-    if not (folder / "checkpoints" / "last.pt").is_file():
+    if not finished(folder) and not resumable(folder):
         return "new"
-    saved = json.loads((folder / "config.json").read_text())
-    changed = config_differences(saved, config.to_dict())
+    recorded = recorded_config(folder)
+    if recorded is None:  # unfinished: --resume checks the settings its checkpoint holds
+        return "partial"
+    changed = setting_differences(recorded, config.to_dict())
     if changed:
         what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:4])
-        raise ValueError(f"{folder} was trained with other settings ({what}); give zoo cv another --out, or the "
-                         "settings it was trained with")
-    metrics = folder / "metrics.json"
-    if metrics.is_file() and json.loads(metrics.read_text()).get("epochs", 0) >= config.epochs:
-        return "done"
-    return "partial"
+        raise ValueError(f"{folder} was trained with other settings ({what}); rerun zoo cv with the settings it was "
+                         f"trained with (its config.json), give it another --out, or move {folder} away to train "
+                         "that fold again")
+    return "done" if finished(folder) else "partial"
 
 
 def fold_result(k: int, val: list[str], folder: Path, metrics: dict[str, Any]) -> dict[str, Any]:
