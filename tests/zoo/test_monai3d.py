@@ -1,41 +1,16 @@
-"""The 3D segmenters from MONAI (swinunetr3d, unetr, dynunet): nnU-Net's plan, ours against MONAI's network built
+"""The 3D segmenters from MONAI (swinunetr3d, unetr, dynunet): ours against MONAI's network built
 directly with the same arguments (weights copied, float64), the declared changes, and bad inputs. The conformance
-suite runs on them with every registered variant (tests/tasks/plugins/test_check.py)."""
+suite runs on them with every registered variant (tests/tasks/plugins/test_check.py); nnU-Net's plan of
+the DynUNet is tested in test_dynunet_plan.py."""
 
 import pytest
 import torch
 from torch.testing import assert_close
 
 import zoo
-from zoo.monai3d import plan_dynunet
 from zoo.registry import Change
 
 PATCH = (32, 32, 64)  # not a cube: a transposed axis would show
-
-
-def test_the_plan_keeps_kernels_of_1_along_a_coarse_axis_until_the_others_catch_up():
-    plan = plan_dynunet((32, 128, 128), (3.0, 0.8, 0.8))
-    assert plan.kernel_sizes[0] == (1, 3, 3)  # 3 mm slices against 0.8 mm pixels: no mixing across slices yet
-    assert plan.strides[:3] == ((1, 1, 1), (1, 2, 2), (2, 2, 2))  # in-plane first; D joins at 1.6 -> 3.2 mm
-    assert plan.kernel_sizes[1] == (3, 3, 3)
-    assert plan.strides[-1] == (1, 2, 2)  # D stops at 4 voxels, H and W go on
-    assert plan.filters == (16, 32, 64, 128, 256, 320)  # doubling up to the cap
-    assert plan.divisor == (8, 32, 32) and plan.upsample_kernel_sizes == plan.strides[1:]
-
-
-def test_the_plan_of_isotropic_voxels_is_symmetric():
-    plan = plan_dynunet((64, 64, 64), (1.0, 1.0, 1.0))
-    assert all(k == (3, 3, 3) for k in plan.kernel_sizes)
-    assert plan.strides == ((1, 1, 1), *[(2, 2, 2)] * 4)  # 64 -> 4 voxels a side, the minimum
-
-
-def test_the_plan_refuses_what_it_cannot_build():
-    with pytest.raises(ValueError, match=r"does not divide by the plan's strides .* use 32,64,80"):
-        plan_dynunet((32, 64, 70), (1.0, 1.0, 1.0))
-    with pytest.raises(ValueError, match="too small to downsample once"):
-        plan_dynunet((4, 4, 4), (1.0, 1.0, 1.0))
-    with pytest.raises(ValueError, match="three positive"):
-        plan_dynunet((32, 32), (1.0, 1.0))
 
 
 def _monai(name: str, config):

@@ -99,7 +99,7 @@ class DynUNetConfig(Segmenter3DConfig):
     base_filters: int = 16  # stage 1's width (nnU-Net: 32), doubling per stage
     max_filters: int = 320
     min_size: int = 4  # the smallest feature-map side the plan halves to
-    max_stages: int = 6
+    max_stages: int | None = None  # None: as many as nnU-Net's rule gives (its prostate plan has 7)
     multiple: ClassVar[int] = 1  # the plan says what the patch must divide by
     min_side: ClassVar[int] = 1
 
@@ -107,10 +107,14 @@ class DynUNetConfig(Segmenter3DConfig):
         self.spacing = tuple(float(s) for s in self.spacing)
         if len(self.spacing) != 3 or min(self.spacing) <= 0:
             raise ValueError(f"spacing must be three positive sizes (D, H, W) in mm, got {self.spacing}")
-        for name in ("base_filters", "max_filters", "min_size", "max_stages"):
+        for name in ("base_filters", "max_filters", "min_size"):
             check_positive(name, getattr(self, name))
         super().__post_init__()
-        self.plan()  # the plan refuses a patch its strides do not divide
+        plan = self.plan()
+        if plan.patch != self.patch_size:
+            raise ValueError(f"patch {self.patch_size} does not divide by the plan's strides (multiples of "
+                             f"{plan.divisor} along D, H, W); use {','.join(map(str, plan.patch))}, the patch "
+                             f"padded as nnU-Net pads it")
 
     def plan(self):
         from zoo.monai3d.plan import plan_dynunet
