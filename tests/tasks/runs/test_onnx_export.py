@@ -1,5 +1,6 @@
 """The ONNX export's own mechanics on bare models: graphs of a model shared by two exports stay in eval mode, the
-dynamic axes take other sizes than those traced, and the runtime wrapper refuses a cache."""
+dynamic axes take other sizes than those traced (a graph with its batch baked in is refused), and the runtime wrapper
+refuses a cache."""
 
 from __future__ import annotations
 
@@ -43,6 +44,35 @@ def test_an_image_graph_takes_another_batch_than_traced(tmp_path):
     images = torch.randn(11, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(Session(tmp_path / "model.onnx")(images)[0], model(images), atol=1e-4, rtol=1e-4)
+
+
+class BakedBatch(torch.nn.Module):
+    """A 3D segmenter's head that reads its batch as a Python int: the trace records the traced batch as a constant,
+    so the exported graph only takes that batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv3d(1, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, 1, D, H, W) -> (B, 3·D·H·W)
+        return self.conv(x).reshape(int(x.shape[0]), -1)
+
+
+def test_a_graph_with_its_batch_baked_in_is_refused_even_from_two_examples(tmp_path):
+    """Two patches, as a 3D run's export gives: tracing at batch 2 and checking at batch 2 would pass this graph."""
+    torch.manual_seed(0)
+    graph = batch_graph(BakedBatch().eval(), "patches", torch.randn(2, 1, 4, 6, 6))
+    with pytest.raises(ValueError, match=r"did not export faithfully \(torchscript: onnxruntime's logits is "
+                                         r"\[1, 864\], PyTorch's \[2, 432\] on patches \[2, 1, 4, 6, 6\] \(traced "
+                                         r"on patches \[1, 1, 4, 6, 6\]: a dynamic axis was fixed"):
+        export_graph(graph, tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()
+
+
+def test_a_dynamic_axis_of_one_example_is_refused(tmp_path):
+    graph = batch_graph(BakedBatch().eval(), "patches", torch.randn(1, 1, 4, 6, 6))
+    with pytest.raises(ValueError, match=r"size 1 along its dynamic axis 0 \(batch\).*at least 2 examples"):
+        export_graph(graph, tmp_path / "model.onnx")
 
 
 def test_a_missing_or_broken_graph_file_is_named(tmp_path):
