@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.engine.same_run import result_settings
 from tasks.runs.records import INDEX_FILE, read_records
 from tasks.runs.run import RUN_FILE, read_run_info
 
@@ -140,22 +141,20 @@ def _check_comparable(name: str, first: RunResult, run: RunResult) -> None:
                          f"({values}): pooled as seeds they would mix experiments; {fix}")
 
 
-# run.json ``config`` fields that change neither what a run learns nor how it is scored, so the seeds of one
-# variant may differ in them: the seed itself, where the run went, how it ran (device, threads, compiled,
-# deterministic algorithms, progress bars, the doctor, resumed or not), evaluation batch sizes and report
-# figures. ``task`` and ``variant`` are the grouping; ``model``, ``data`` and ``dataset`` are checked on their own.
-UNCOMPARED = frozenset({
-    "task", "variant", "model", "data", "dataset", "seed", "out", "resume", "device", "num_threads", "progress",
-    "doctor", "compile", "deterministic", "download", "eval_batch_size", "attention_images", "overlay_slices",
-})
+# run.json ``config`` fields that are not settings of the training: ``task`` and ``variant`` are the grouping, ``seed``
+# is what the runs of a group differ in, and ``model``, ``data`` and ``dataset`` are checked on their own (naming the
+# overrides, the data source). Every other field is compared unless it cannot change a result
+# (:mod:`tasks.engine.same_run`, the one definition the sweep, --resume and zoo cv use too).
+GROUPING = ("task", "variant", "seed", "model", "data", "dataset")
 
 
 def training_settings(result: RunResult) -> dict[str, Any]:
-    """What the seeds of one variant must share: every run.json ``config`` field outside :data:`UNCOMPARED`,
-    with ``precision`` as the run used it (run.json ``precision``: ``default`` is fp32 on the CPU, bf16 on CUDA)
-    and, for a training run's metrics.json, a time or FLOP ``budget``."""
+    """What the seeds of one variant must share: the run.json ``config``'s result settings
+    (:func:`tasks.engine.same_run.result_settings`) outside :data:`GROUPING`, with ``precision`` as the run used it
+    (run.json ``precision``: ``default`` is fp32 on the CPU, bf16 on CUDA) and, for a training run's metrics.json, a
+    time or FLOP ``budget``."""
     config = result.info["config"]
-    settings = {k: v for k, v in config.items() if k not in UNCOMPARED}
+    settings = {k: v for k, v in result_settings(config).items() if k not in GROUPING}
     settings["precision"] = result.info.get("precision", config.get("precision"))
     if result.training is not None:
         budget = result.training.get("budget") or {"kind": "epochs"}

@@ -399,10 +399,12 @@ def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget:
 def sweep_record(kind: str, task_name: str, out: Path, seeds: int, budget: str, alpha: float, launch: Launch,
                  config: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """The sweep as a sweep file says it (:mod:`tasks.sweeps.plan`), for ``sweep.json``: ``zoo sweep
-    OUT/sweep.json`` runs it again (reusing what finished)."""
+    OUT/sweep.json`` runs exactly these runs again (reusing what finished). ``epochs`` is recorded with the budget:
+    under a time or FLOP budget it is the cap (and a time budget's schedule horizon) that the budget text leaves
+    out, and without it a rerun would take the task's default and train every run again into new folders."""
     settings = {k: v for k, v in config.items() if k not in ("model", "epochs")}
-    return {"kind": kind, "task": task_name, **fields, "seeds": seeds, "budget": budget, "alpha": alpha,
-            "out": str(out), "set": settings, "model_set": dict(config.get("model", {})),
+    return {"kind": kind, "task": task_name, **fields, "seeds": seeds, "budget": budget, "epochs": config["epochs"],
+            "alpha": alpha, "out": str(out), "set": settings, "model_set": dict(config.get("model", {})),
             "launcher": launch.launcher, "jobs": launch.jobs, "retry": launch.retry,
             **({"resources": launch.resources} if launch.resources else {}),
             **({"slurm": launch.slurm} if launch.slurm else {})}

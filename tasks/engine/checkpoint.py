@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from core.atomic import atomic_open
-from tasks.engine.config import config_differences
+from tasks.engine.same_run import describe_differences, setting_differences
 
 FORMAT_VERSION = 1
 
@@ -76,11 +76,28 @@ def load_checkpoint(path: Path, expected_config: dict[str, Any] | None = None) -
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise ValueError(f"{path} is not a zoo training checkpoint (no model/config entries)")
     if expected_config is not None:
-        diff = config_differences(state["config"], expected_config)
-        if diff:
-            listed = "; ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-            raise ValueError(
-                f"checkpoint {path} was written by a different run configuration ({listed}); "
-                "use the same settings to resume, or a new --out folder to start afresh"
-            )
+        check_same_run(path, state["config"], expected_config)
     return state
+
+
+def check_same_run(path: Path, saved: dict[str, Any], requested: dict[str, Any]) -> None:
+    """Refuse to resume the checkpoint ``path`` (written under ``saved``) with ``requested`` unless they are the
+    same run (:mod:`tasks.engine.same_run`): a resumed run must equal the uninterrupted one.
+
+    Other ``epochs`` are refused too: the learning-rate schedule of the steps already taken was planned over the old
+    total, so a longer (or shorter) resume would equal neither the old run nor a fresh run of the new length.
+
+    Raises:
+        ValueError: naming each differing field with both values, and the fix.
+    """
+    diff = setting_differences(saved, requested)
+    if not diff:
+        return
+    fix = "use the same settings to resume (--config RUN/config.json), or a new --out folder to start afresh"
+    if "epochs" in diff:
+        old, new = diff["epochs"]
+        others = " and the other recorded settings" if len(diff) > 1 else ""
+        fix = (f"resume with --epochs {old}{others} (the run as planned), or train {new} epochs into a new --out "
+               "folder (a fresh run of that length)")
+    raise ValueError(f"checkpoint {path} was written by a different run configuration "
+                     f"({describe_differences(diff, 'checkpoint')}); {fix}")

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from core.atomic import write_json_atomic
 from core.configs import config_from_dict  # noqa: F401  (re-exported: run loading, sweeps)
 from core.errors import check_bool, check_int, check_number, check_positive, unknown_name
+from tasks.engine.same_run import setting_differences as config_differences  # noqa: F401  (zoo cv imports it here)
 
 
 def cache_root() -> Path:
@@ -32,9 +34,6 @@ def cache_root() -> Path:
     ``~/.cache/transformer-zoo``): matmul peaks, precision probes, the default medseg phantom."""
     return Path(os.environ.get("ZOO_CACHE", "~/.cache/transformer-zoo")).expanduser()
 
-# Fields that may differ between a checkpoint and the run that resumes it.
-RESUMABLE_CHANGES = frozenset({"epochs", "out", "resume", "device", "progress", "num_threads", "doctor", "compile",
-                               "checkpoint_every", "track"})
 PRECISIONS = ("default", "fp32", "bf16", "auto")
 TRACKERS = ("tensorboard", "mlflow")  # --track: tasks.runs.tracking
 
@@ -70,6 +69,7 @@ class TrainConfig:
     balance_weight: float = 1e-2  # weight of the MoE load-balancing loss (models without experts: unused)
     z_weight: float = 1e-3  # weight of the MoE router z-loss
     init_from: str | None = None  # start from these weights: a timm/MONAI .pth/.safetensors, a run or export folder
+    init_partial: bool = False  # let --init-from load under half the model's parameters (e.g. an encoder only)
     freeze: str = ""  # parts that do not train, comma-separated (embedding,position...; backbone: all but the head)
 
     def __post_init__(self) -> None:
@@ -82,7 +82,7 @@ class TrainConfig:
         check_number("grad_clip", self.grad_clip, 0, hint="0 disables clipping")
         for name in ("weight_decay", "balance_weight", "z_weight"):
             check_number(name, getattr(self, name), 0)
-        for name in ("deterministic", "resume", "progress", "doctor", "compile"):
+        for name in ("deterministic", "resume", "progress", "doctor", "compile", "init_partial"):
             check_bool(name, getattr(self, name))
         if self.precision not in PRECISIONS:
             raise unknown_name("precision", self.precision, PRECISIONS)
@@ -109,7 +109,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        write_json_atomic(path, self.to_dict())  # whole or not at all: a sweep reads it to reuse or resume the run
 
 
 def tracker_names(track: object) -> list[str]:
@@ -272,8 +272,3 @@ def read_config_file(config_class: type, path: str | Path) -> dict[str, Any]:
     config_from_dict(config_class, values)  # unknown fields and bad values fail here, naming them
     return values
 
-
-def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Fields (outside :data:`RESUMABLE_CHANGES`) whose values differ: name -> (saved, current)."""
-    keys = (set(saved) | set(current)) - RESUMABLE_CHANGES
-    return {k: (saved.get(k), current.get(k)) for k in sorted(keys) if saved.get(k) != current.get(k)}

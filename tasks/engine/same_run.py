@@ -1,17 +1,31 @@
 """One definition of "the same run": the config fields that do not change what a run computes.
 
-A training run is identified by its task and its config. Four places ask whether two configs are the same run:
-the sweep's folder hash (:func:`tasks.sweeps.plan.config_hash`: reuse a finished run), ``--resume`` (a checkpoint
-continues only under the settings that wrote it), ``zoo compare --runs`` (seeds pooled as one variant) and
-``zoo cv`` (a fold reused). All of them leave out exactly the fields of :data:`UNCHANGING` and compare the rest;
-each field says why it cannot change a result. Anything not listed changes a result — ``epochs`` (the learning-rate
-schedule is planned over them), ``device`` and ``compile`` (other kernels, other float rounding), ``deterministic``
-(other algorithms on CUDA) — and so is a different run.
+A training run is identified by its task and its config. Four places ask whether two configs are the same run,
+and all of them compare :func:`result_settings` (the config without the fields of :data:`UNCHANGING`):
+
+* the sweep's folder hash (:func:`tasks.sweeps.plan.config_hash`): a finished run is reused, never retrained;
+* ``--resume`` (:func:`tasks.engine.checkpoint.load_checkpoint`): a checkpoint continues only the run that wrote it,
+  so a resumed run equals the uninterrupted one;
+* ``zoo compare --runs`` (:func:`tasks.compare.run_results.training_settings`): runs pooled as the seeds of one
+  variant differ only in the seed (and the fields of :data:`UNCHANGING`);
+* ``zoo cv``: a fold found in its folder is reused only when it is this run.
+
+Each field of :data:`UNCHANGING` says why it cannot change a result. Every other field can, and two configs that
+differ in one are two runs. :data:`CHANGING` gives the reason for the fields most often taken for settings that
+"only say how it runs": ``epochs``, ``device``, ``compile``, ``deterministic``; error messages quote it.
+
+A fifth consumer asks a different question: the precision probe (``--precision auto``) caches how long a training
+step takes, keyed by :func:`timing_settings`. Its key keeps every field that changes a step's time, so it is the
+result settings plus :data:`TIMED` (``num_threads``), less :data:`UNTIMED` (fields that change the result but not
+how long one step takes).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+_ROUNDING = ("It may change the last bits of a float reduction (as the thread count does), never what is trained "
+             "or which examples are scored")
 
 # field -> why it cannot change what the run computes
 UNCHANGING: dict[str, str] = {
@@ -23,6 +37,36 @@ UNCHANGING: dict[str, str] = {
     "checkpoint_every": "checkpoints are written between optimizer steps and resume bit for bit",
     "doctor": "the doctor only watches the run and reports",
     "track": "trackers (TensorBoard, MLflow) only receive the metrics",
+    "eval_batch_size": "how many examples one evaluation forward holds: in eval mode each example's output does not "
+                       f"depend on the others of its batch. {_ROUNDING}",
+    "sw_batch_size": f"how many sliding windows one 3D inference forward holds (as eval_batch_size). {_ROUNDING}",
+    "attention_images": "how many test images the report draws with their attention maps: a figure, not a score",
+    "overlay_slices": "how many test slices the report's overlays.png shows: a figure, not a score",
+    "download": "whether missing CIFAR files are fetched into --data first: they are MD5-checked, so the data is the "
+                "same (data and dataset name it)",
+}
+
+# field -> why it does change the result, for the fields most often mistaken for settings of how a run runs
+CHANGING: dict[str, str] = {
+    "epochs": "the learning-rate schedule is planned over epochs x steps per epoch: a run of other epochs steps "
+              "with other learning rates from its first step on",
+    "device": "other kernels, other float rounding (and bf16 autocast by default on CUDA)",
+    "compile": "compiled code rounds differently and draws other dropout masks than eager code",
+    "deterministic": "deterministic algorithms are other algorithms on CUDA (and a non-deterministic run does not "
+                     "repeat itself)",
+}
+
+# fields of UNCHANGING that still change how long a training step takes: the precision probe's key keeps them
+TIMED: dict[str, str] = {
+    "num_threads": "a CPU step's time depends on the cores it uses",
+}
+
+# fields that change the result but not how long one training step takes: the precision probe's key leaves them out
+UNTIMED: dict[str, str] = {
+    "epochs": "how many steps there are, not how long one takes",
+    "lr": "a number the optimizer multiplies by",
+    "warmup": "the schedule's shape, not the step's work",
+    "precision": "the probe times both precisions itself; this is what it chooses between",
 }
 
 
@@ -36,3 +80,19 @@ def setting_differences(recorded: dict[str, Any], requested: dict[str, Any]) -> 
     A field missing on one side counts as ``None`` there."""
     keys = (set(recorded) | set(requested)) - set(UNCHANGING)
     return {k: (recorded.get(k), requested.get(k)) for k in sorted(keys) if recorded.get(k) != requested.get(k)}
+
+
+def describe_differences(differences: dict[str, tuple[Any, Any]], recorded: str = "recorded",
+                         requested: str = "now") -> str:
+    """``differences`` (from :func:`setting_differences`) as one line for an error message, each field with both
+    values and, for a field of :data:`CHANGING`, why it changes the result:
+    ``"epochs: recorded 1 vs now 2 (the learning-rate schedule ...); lr: recorded 0.01 vs now 0.02"``."""
+    return "; ".join(f"{k}: {recorded} {a!r} vs {requested} {b!r}" + (f" ({CHANGING[k]})" if k in CHANGING else "")
+                     for k, (a, b) in differences.items())
+
+
+def timing_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What decides how long one training step takes (the precision probe's cache key): :func:`result_settings`
+    with the fields of :data:`TIMED` kept and those of :data:`UNTIMED` left out."""
+    left_out = (set(UNCHANGING) - set(TIMED)) | set(UNTIMED)
+    return {k: v for k, v in config.items() if k not in left_out}

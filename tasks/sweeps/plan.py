@@ -2,10 +2,11 @@
 
 A run folder's name is ``<label>-seed<S>[-fold<K>]-<hash>``: the comparison row it belongs to (a variant, or
 "without <change>" in an ablation), its seed, its fold, and the first 10 hex digits of a SHA-256 over the task and
-every config field that can change what the run computes. Fields that cannot (:data:`UNHASHED`: where it writes,
-whether it resumes, progress bars, thread count, checkpoint cadence) are left out, so that rerunning the same sweep
-with another launcher finds its runs again; any other change — a learning rate, a preset, an override — is a new
-folder, never a silent reuse of a run trained otherwise.
+every config field that can change what the run computes (:func:`tasks.engine.same_run.result_settings`: where it
+writes, whether it resumes, progress bars, thread count, checkpoint cadence and the like are left out, each with its
+reason there), so that rerunning the same sweep with another launcher finds its runs again; any other change — a
+learning rate, a preset, an override, the epochs, the device — is a new folder, never a silent reuse of a run trained
+otherwise.
 
 Sweep files: a TOML or JSON object that ``zoo sweep FILE`` runs, or resumes when run again::
 
@@ -34,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import unknown_name
+from tasks.engine.same_run import result_settings
 
-# Config fields that do not change what a run computes (given the same thread count: see the package docstring)
-UNHASHED = frozenset({"out", "resume", "progress", "num_threads", "checkpoint_every", "doctor", "track"})
 KINDS = ("compare", "ablate", "cv")
 SWEEP_KEYS = ("kind", "task", "variants", "variant", "seeds", "budget", "epochs", "alpha", "baseline", "out", "set",
               "model_set", "allow_undeclared", "launcher", "jobs", "resources", "retry", "slurm")
@@ -45,9 +45,8 @@ SWEEP_KEYS = ("kind", "task", "variants", "variant", "seeds", "budget", "epochs"
 def config_hash(task: str, config: dict[str, Any], budget: str | None = None) -> str:
     """10 hex digits identifying what a run of ``task`` with ``config`` under ``budget`` computes (see the module
     docstring)."""
-    kept = {k: v for k, v in sorted(config.items()) if k not in UNHASHED}
-    text = json.dumps({"task": task, "config": kept, **({"budget": budget} if budget else {})}, sort_keys=True,
-                      default=str)
+    text = json.dumps({"task": task, "config": result_settings(config), **({"budget": budget} if budget else {})},
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 

@@ -50,12 +50,12 @@ def pool(*folders: Path):
 
 
 def test_seeds_of_one_experiment_are_pooled(tmp_path):
-    runs = [fake_run(tmp_path / f"vit-seed{s}", CifarConfig(seed=s, out=f"x{s}", device=d, num_threads=t,
-                                                            progress=p, doctor=p))
-            for s, d, t, p in ((0, "cpu", 1, False), (1, "auto", 0, True), (2, "cpu", 2, False))]
+    runs = [fake_run(tmp_path / f"vit-seed{s}", CifarConfig(seed=s, out=f"x{s}", num_threads=t, progress=p,
+                                                            doctor=p, eval_batch_size=b, attention_images=b // 100))
+            for s, t, p, b in ((0, 1, False, 500), (1, 0, True, 200), (2, 2, False, 100))]
     evaluation = evaluated(tmp_path / "eval-seed2", "sha256:own", runs[2], data="the run's own data")
     groups = pool(runs[0], runs[1], evaluation, fake_run(tmp_path / "linear", CifarConfig(variant="linear")))
-    assert [len(g) for g in groups.values()] == [3, 1]  # device, threads, progress, the doctor may differ
+    assert [len(g) for g in groups.values()] == [3, 1]  # what cannot change a result may differ (same_run.UNCHANGING)
     # translation's generated corpus follows the seed: its seeds differ in data hash and are still one source
     seeds = [fake_run(tmp_path / f"tr{s}", TranslationConfig(seed=s), data_hash=f"sha256:corpus{s}") for s in (0, 1)]
     assert len(pool(*seeds)["classic"]) == 2
@@ -63,7 +63,7 @@ def test_seeds_of_one_experiment_are_pooled(tmp_path):
 
 def test_two_runs_of_one_seed_are_refused(tmp_path):
     a = fake_run(tmp_path / "a", CifarConfig(seed=0, out="a"))
-    b = fake_run(tmp_path / "b", CifarConfig(seed=0, out="b", device="cpu"))
+    b = fake_run(tmp_path / "b", CifarConfig(seed=0, out="b", num_threads=2))
     with pytest.raises(ValueError) as error:
         pool(a, fake_run(tmp_path / "c", CifarConfig(seed=1)), b)
     message = str(error.value)
@@ -76,6 +76,10 @@ def test_two_runs_of_one_seed_are_refused(tmp_path):
     (dict(lr=2e-3, warmup=10), "lr: 0.001 in {a} vs 0.002 in {b}, warmup: 36 in {a} vs 10 in {b}"),
     (dict(mixup=0.8), "mixup: 0.0 in {a} vs 0.8 in {b}"),
     (dict(preset="tiny"), "preset: None in {a} vs 'tiny' in {b}"),
+    # issue 35: one definition of the same run (tasks.engine.same_run); these were pooled before
+    (dict(device="cuda"), "device: 'auto' in {a} vs 'cuda' in {b}"),
+    (dict(compile=True), "compile: False in {a} vs True in {b}"),
+    (dict(deterministic=False), "deterministic: True in {a} vs False in {b}"),
 ])
 def test_runs_trained_with_other_settings_are_refused(tmp_path, other, named):
     a = fake_run(tmp_path / "a", CifarConfig(seed=0))

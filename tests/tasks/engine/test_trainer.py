@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,11 @@ import pytest
 import torch
 
 from tasks.engine.checkpoint import load_checkpoint, save_checkpoint
+from tasks.engine.same_run import CHANGING
 from tasks.engine.trainer import NonFiniteLossError, PreemptedError, Trainer
 from tasks.runs.training import callbacks_for
 from tests.numerics import assert_close_fp64
+from tests.preemption import preempted_after
 from tests.toy_task import ToyConfig, ToyTask
 
 
@@ -37,7 +40,8 @@ def test_training_writes_outputs_and_learns(tmp_path):
 
 def test_resume_equals_uninterrupted_run(tmp_path):
     full, full_summary = run(tmp_path, "full", epochs=4)
-    run(tmp_path, "split", epochs=2)
+    with preempted_after(16):  # the end of epoch 2 of 4 (8 steps an epoch)
+        run(tmp_path, "split", epochs=4)
     resumed, resumed_summary = run(tmp_path, "split", epochs=4, resume=True)
     for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values()):
         assert torch.equal(a, b)  # bit for bit on CPU
@@ -53,7 +57,32 @@ def test_existing_run_without_resume_is_refused(tmp_path):
 def test_mismatched_checkpoint_is_refused(tmp_path):
     run(tmp_path, epochs=1)
     with pytest.raises(ValueError, match=r"lr: checkpoint 0.01 vs now 0.02"):
-        run(tmp_path, epochs=2, resume=True, lr=0.02)
+        run(tmp_path, epochs=1, resume=True, lr=0.02)
+
+
+@pytest.mark.parametrize("changed", [{"compile": True}, {"deterministic": False}, {"device": "cpu"}])
+def test_resume_refuses_every_setting_that_changes_the_result(tmp_path, changed):
+    """The one definition of the same run (tasks.engine.same_run): compile, device and deterministic change what a
+    run computes, so a checkpoint does not continue under another value (before issue 35 compile and device did)."""
+    run(tmp_path, epochs=1)
+    (field, value), = changed.items()
+    with pytest.raises(ValueError, match=rf"{field}: checkpoint .* vs now {value!r} \({re.escape(CHANGING[field])}\)"):
+        run(tmp_path, epochs=1, resume=True, **changed)
+    run(tmp_path, epochs=1, resume=True, num_threads=1, checkpoint_every=5, doctor=True)  # these change nothing
+
+
+def test_resume_with_other_epochs_is_refused_naming_both_and_the_fixes(tmp_path):
+    """The schedule of the steps already taken was planned over the old total: a longer resume would equal neither
+    run (issue 35). A finished run resumed with its own epochs still finishes."""
+    run(tmp_path, epochs=1)
+    expected = (r"epochs: checkpoint 1 vs now 2 \(the learning-rate schedule is planned over .*\); resume with "
+                r"--epochs 1 \(the run as planned\), or train 2 epochs into a new --out folder")
+    with pytest.raises(ValueError, match=expected):
+        run(tmp_path, epochs=2, resume=True)
+    with pytest.raises(ValueError, match=r"--epochs 1 and the other recorded settings"):
+        run(tmp_path, epochs=2, resume=True, lr=0.5)
+    _, summary = run(tmp_path, epochs=1, resume=True)
+    assert summary["epochs"] == 1
 
 
 def test_corrupt_and_truncated_checkpoints(tmp_path):
@@ -92,7 +121,8 @@ def test_atomic_save_keeps_old_file_on_failure(tmp_path):
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-    run(tmp_path, epochs=1)  # 8 optimizer steps
+    with preempted_after(9):  # in epoch 2 of 3, whose end (and checkpoint) the NaN comes before
+        run(tmp_path, epochs=3)
     last = tmp_path / "run" / "checkpoints" / "last.pt"
     before = last.read_bytes()
     original = ToyTask.loss

@@ -9,6 +9,7 @@ import pytest
 
 from tasks.engine.trainer import Trainer
 from tasks.runs.training import callbacks_for
+from tests.preemption import preempted_after
 from tests.toy_task import ToyConfig, ToyTask
 
 
@@ -43,7 +44,8 @@ def test_mlflow_run_holds_the_numbers_and_a_resume_continues_it(tmp_path, monkey
     import mlflow
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    _train(tmp_path, epochs=1, track="mlflow")
+    with preempted_after(8):  # the end of epoch 1 of 2 (a resume keeps its epochs: tasks.engine.same_run)
+        _train(tmp_path, epochs=2, track="mlflow")
     _train(tmp_path, epochs=2, track="mlflow", resume=True)
     run_id = json.loads((tmp_path / "run" / "tracking.json").read_text())["mlflow_run_id"]
     client = mlflow.tracking.MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").as_uri())
@@ -51,7 +53,7 @@ def test_mlflow_run_holds_the_numbers_and_a_resume_continues_it(tmp_path, monkey
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(m.step, m.value) for m in history] == [(r["step"], pytest.approx(r["mse"], rel=1e-6)) for r in rows]
     run = client.get_run(run_id)
-    assert run.data.params["epochs"] == "1" and run.info.status == "FINISHED"  # the parameters the run began with
+    assert run.data.params["epochs"] == "2" and run.info.status == "FINISHED"
     final = json.loads((tmp_path / "run" / "metrics.json").read_text())["final"]["test"]["mse"]
     assert run.data.metrics["final.test.mse"] == pytest.approx(final, rel=1e-6)
 
