@@ -4,9 +4,13 @@ Every page is plain HTML with one stylesheet: no server, no JavaScript, no netwo
 only (the papers' links aside), readable at a phone's width. The same inputs give the same bytes.
 
     index.html                 every registered variant (plugins included) and every lesson and comparison
-    variants/NAME.html         each declared change: classic vs variant choice, the flaw, the variant's code
+    variants/NAME/index.html   each declared change: classic vs variant choice, the flaw, the variant's code
                                for that part beside the classic code it replaces; the measured delta tables and
                                plot; the conformance suite's result
-    lessons/NAME.html          the question, the verdict, the numbers and plots of ``zoo lab NAME``
-    comparisons/NAME.html      a finished ``zoo compare`` (given with ``--runs``): its table and plot
+    lessons/NAME/index.html    the question, the verdict, the numbers and plots of ``zoo lab NAME``
+    comparisons/NAME/index.html  a finished ``zoo compare`` (given with ``--runs``): its table and plot
+    lab/NAME/                  only with ``--run-lessons``: the runs of the lessons that had none (``--quick``)
+
+A build writes nothing outside its folder and trains nothing unless asked (``--run-lessons``): a lesson without a
+result is listed on the index with the command that runs it.
 """

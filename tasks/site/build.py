@@ -6,10 +6,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
+from tasks.engine.progress import progress_bar
 from tasks.site.comparisons import comparison_entries
-from tasks.site.lessons import lesson_entries
+from tasks.site.lessons import LAB, lesson_entries
 from tasks.site.page import STYLE, escape, page, stylesheet, table
 from tasks.site.variant import variant_page
 from zoo.analysis.catalogue import millions, variant_rows
@@ -17,18 +16,29 @@ from zoo.analysis.catalogue import millions, variant_rows
 log = logging.getLogger(__name__)
 
 
-def build_site(out: str | Path, runs: list[str | Path] = (), lessons: str | Path = "runs/lab",
-               variants: list[str] | None = None, run_lessons: bool = True, check: bool = True,
-               progress: bool = True) -> dict[str, Any]:
+def build_site(out: str | Path, runs: list[str | Path] = (), lessons: str | Path = LAB,
+               variants: list[str] | None = None, *, run_lessons: bool = False, lesson_runs: str | Path | None = None,
+               check: bool = True, progress: bool = True) -> dict[str, Any]:
     """Write the site to ``out`` (see :mod:`tasks.site`); returns what it holds.
+
+    A build writes only under ``out`` (and ``lesson_runs`` when it is given elsewhere) and trains nothing unless
+    ``run_lessons``: a site is rebuilt often, and each lesson takes minutes.
 
     Args:
         out: the site's folder (created; pages already there are overwritten).
         runs: finished comparison folders (``zoo compare --out``).
-        lessons: where lessons' results are read (``zoo lab``'s ``runs/lab/NAME``); a missing one is run there
-            with ``--quick`` when ``run_lessons``, else listed on the index as not run.
+        lessons: where lessons' results are read (``zoo lab``'s ``runs/lab/NAME``); nothing is written there.
         variants: the variants that get a page (default: all); the index lists every registered variant.
+        run_lessons: run each lesson found neither in ``lessons`` nor in ``lesson_runs`` (``--quick``, minutes
+            each) into ``lesson_runs``; without it such a lesson is listed on the index with the command that
+            runs it.
+        lesson_runs: where ``run_lessons`` writes lesson runs, and a second place results are read from
+            (default: ``out/lab``).
         check: run the conformance suite (``zoo check`` at the ``tiny`` preset) for each variant page.
+
+    Returns:
+        the number of variant pages, lesson pages and comparison pages, ``out``, and the names of the lessons
+        not run (``not_run``).
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -48,15 +58,17 @@ def build_site(out: str | Path, runs: list[str | Path] = (), lessons: str | Path
     (out / STYLE).write_text(stylesheet())
     pages = {}
     chosen = [r for r in rows if variants is None or r["name"] in variants]
-    for row in tqdm(chosen, desc="variant pages", unit="variant", disable=not progress, leave=False):
+    for row in progress_bar(chosen, desc="variant pages", unit="variant", disable=not progress, leave=False):
         if row["name"] not in pages:  # a name registered for several tasks: one page, its first task
             pages[row["name"]] = variant_page(row, out / "variants" / row["name"], check)
-    lesson_list = lesson_entries(Path(lessons), out / "lessons", run_lessons, progress)
+    lesson_runs = out / "lab" if lesson_runs is None else Path(lesson_runs)
+    lesson_list = lesson_entries(Path(lessons), lesson_runs, out / "lessons", run_lessons, progress)
     comparisons = comparison_entries(runs, out / "comparisons")
     (out / "index.html").write_text(page("The Transformer variant zoo", _index(rows, pages, lesson_list,
                                                                                  comparisons), 0))
     summary = {"variants": len(pages), "lessons": sum(e["page"] is not None for e in lesson_list),
-               "comparisons": len(comparisons), "out": str(out)}
+               "comparisons": len(comparisons), "out": str(out),
+               "not_run": [e["lesson"].name for e in lesson_list if e["page"] is None]}
     log.info("site: %(variants)d variant pages, %(lessons)d lessons, %(comparisons)d comparisons in %(out)s", summary)
     return summary
 
@@ -80,8 +92,12 @@ def _index(rows: list[dict], pages: dict, lessons: list[dict], comparisons: list
         lesson = e["lesson"]
         title = f"<a href='{e['page']}'>{escape(lesson.title)}</a>" if e["page"] else escape(lesson.title)
         state = ("holds" if e["holds"] else "does not hold in this run") if e["page"] else \
-            f"not run yet: <code>zoo lab {escape(lesson.name)} --quick</code>"
+            f"not run yet: <code>{escape(e['command'])}</code>"
         lesson_rows.append([title, escape(lesson.part), escape(lesson.question), state])
+    missing = "" if all(e["page"] for e in lessons) else (
+        "<p class='muted'>A lesson not run yet shows the command that runs it (minutes each); <code>zoo site "
+        "--run-lessons</code> runs every missing one into the site's <code>lab/</code> folder (or "
+        "<code>--lesson-runs DIR</code>).</p>\n")
     compare = "".join(f"<li><a href='{c['page']}'>{escape(c['title'])}</a> <span class='muted'>({escape(c['name'])})"
                       f"</span></li>" for c in comparisons) or "<li class='muted'>None given (zoo site --runs DIR)</li>"
     return (
@@ -90,7 +106,7 @@ def _index(rows: list[dict], pages: dict, lessons: list[dict], comparisons: list
         "Every number here was computed by the package that wrote this site.</p>\n"
         "<h2 id='variants'>Variants</h2>\n" + table(["variant", "paper", "parts changed", "tasks", "parameters per "
                                                      "preset", "zoo check"], variant_rows_html) +
-        "\n<h2 id='lessons'>Lessons</h2>\n" + table(["lesson", "part", "question", "expected direction"],
+        "\n<h2 id='lessons'>Lessons</h2>\n" + missing + table(["lesson", "part", "question", "expected direction"],
                                                    lesson_rows) +
         f"\n<h2 id='comparisons'>Comparisons</h2>\n<ul>{compare}</ul>"
     )

@@ -18,7 +18,7 @@ VARIANTS = ["vit", "classic"]
 
 
 def small_site(root: Path, out: Path) -> dict:
-    return build_site(out, [root / "comparison"], root / "lab", VARIANTS, run_lessons=False, progress=False)
+    return build_site(out, [root / "comparison"], root / "lab", VARIANTS, progress=False)
 
 
 @pytest.fixture(scope="session")
