@@ -11,7 +11,7 @@ resolution:
   among those, the ones whose spacing is less than twice the finest spacing *of those axes* (a ratio of exactly 2
   is coarse: 2 mm slices against 1 mm pixels wait one stage) are halved, and their spacing doubles. An odd side
   halves upwards (9 voxels become 5), as a padded convolution of stride 2 does. When a single axis is left it is
-  halved only while it has at least ``3 * min_size`` voxels, so that a lone axis does not end at ``min_size``;
+  halved only while it has at least ``3 * min_size`` voxels (it keeps at least 1.5 × ``min_size`` after);
   planning stops when nothing is halved, or at ``max_stages`` when one is given (nnU-Net sets no such limit);
 * **the kernels**: a stage's kernel is 3 along every axis whose spacing is less than twice the finest spacing of all
   axes at that stage, and 1 along a coarser one (the slices of an anisotropic MRI: 3.6 mm against 0.62 mm), so that
