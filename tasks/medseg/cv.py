@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from core.atomic import write_json_atomic, write_text_atomic
 from core.tables import markdown_table
 from tasks.engine.config import check_folder
 from tasks.engine.same_run import setting_differences
@@ -93,9 +94,9 @@ def cross_validate(config: MedsegConfig, launch: Launch | None = None) -> tuple[
     if pooled is not None:
         write_summary_json(pooled, out / POOLED_FILE)
         summary["pooled_nnunet_dice"] = _finite(pooled["foreground_mean"]["Dice"])
-    (out / CV_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    write_json_atomic(out / CV_FILE, summary)  # whole or not at all, as every file a rerun or zoo predict reads
     lines = report_lines(summary, pooled)
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
     return summary, _printed(summary, out)
 
 
