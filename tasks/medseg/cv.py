@@ -118,7 +118,7 @@ def fold_state(config: MedsegConfig) -> str:
     run, and is never reported under this command nor overwritten by it.
 
     Raises:
-        ValueError: the fold's folder holds a run trained with other settings (named, with the flags that reuse it),
+        ValueError: the fold's folder holds a run trained with other settings (naming the fields and the fix),
             or a finished run whose settings cannot be read.
     """
     folder = Path(config.out)

@@ -92,10 +92,10 @@ def pack_folder(folder: Path) -> bytes:
 def unpack_folder(data: bytes, folder: Path) -> None:
     """Write a :func:`pack_folder` archive into ``folder`` (files it holds are replaced).
 
-    An archive comes from a worker, and ``folder`` may hold symbolic links (a ``checkpoints`` folder linked to
-    scratch space): every member must be a plain file that lands inside ``folder`` once the links already there are
-    followed, or nothing is written. Python's ``"data"`` extraction filter then checks each member again where the
-    Python has it (3.12, and 3.8.17 / 3.9.17 / 3.10.12 / 3.11.4 on).
+    An archive comes from a worker, and ``folder`` may hold symbolic links that writing would follow: every member
+    must be a plain file that lands inside ``folder`` once the links already there are followed, or nothing is
+    written (a link to scratch space outside the folder is refused, named). Python's ``"data"`` extraction filter
+    then checks each member again where the Python has it (3.12, and 3.8.17 / 3.9.17 / 3.10.12 / 3.11.4 on).
 
     Raises:
         ValueError: a member that is not a plain file, or that would be written outside ``folder``.
