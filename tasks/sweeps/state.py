@@ -120,10 +120,11 @@ class SweepState:
         path = self.out / SWEEP_FILE
         if not path.is_file():
             return {}
-        try:
-            return json.loads(path.read_text()).get("runs", {})
-        except (json.JSONDecodeError, AttributeError):  # a damaged file is rebuilt from the run folders
+        try:  # a damaged file (cut JSON, bytes that are no text, another shape) is rebuilt from the run folders
+            runs = json.loads(path.read_text()).get("runs", {})
+        except (ValueError, AttributeError):
             return {}
+        return runs if isinstance(runs, dict) and all(isinstance(r, dict) for r in runs.values()) else {}
 
     def set(self, name: str, state: str, **fields: Any) -> None:
         run = self.runs[name]

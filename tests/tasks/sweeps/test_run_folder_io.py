@@ -176,3 +176,13 @@ def test_a_cut_config_json_of_a_finished_run_is_checked_through_run_json(tmp_pat
     with pytest.raises(ValueError, match=r"finished run whose settings cannot be read: .*config\.json "
                                          r"\(JSONDecodeError.*run\.json.*move the folder away"):
         folder_state(SPEC, _run_folder(tmp_path / "lost", CUT, run_json[:10], done=True))
+
+
+@pytest.mark.parametrize("content", [b'{"format": 1, "runs": {"classic-se', b"\xff\xfe\x00garbage", b"[1]",
+                                     b'{"runs": [1]}', b'{"runs": {"classic": 3}}'])
+def test_a_damaged_sweep_json_is_rebuilt_from_the_run_folders(tmp_path, content):
+    from tasks.sweeps.state import SWEEP_FILE, SweepState
+
+    (tmp_path / SWEEP_FILE).write_bytes(content)
+    state = SweepState(tmp_path, {}, {}, [SPEC])
+    assert state.runs[SPEC.name]["attempts"] == 0 and state.runs[SPEC.name]["state"] == "pending"
