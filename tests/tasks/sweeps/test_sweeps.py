@@ -267,3 +267,24 @@ def test_zoo_sweep_runs_a_file_and_resumes_from_its_sweep_json(serial, tmp_path,
     assert all(r["attempts"] == 1 for r in _runs(out).values())
     assert main(["sweep", str(out / SWEEP_FILE)]) == 0  # the sweep.json an earlier sweep wrote
     assert "written to" in capsys.readouterr().out
+
+
+def test_zoo_sweep_of_a_time_budgets_sweep_json_reruns_the_same_runs(tmp_path, monkeypatch, capsys):
+    """Issue 35: sweep.json dropped the --epochs cap of a time budget, so `zoo sweep OUT/sweep.json` took the task's
+    default (translation: 8), hashed other configs and trained every run again into new folders."""
+    import tasks.sweeps.driver
+
+    out = tmp_path / "capped"
+    settings = [f"--set={k}={v}" for k, v in SETTINGS.items() if k not in ("epochs", "progress")]
+    assert main(["compare", "translation", "--variants", "classic", "--budget", "time=600", "--epochs", "1",
+                 "--quiet", "--out", str(out), *settings]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    assert json.loads((out / SWEEP_FILE).read_text())["sweep"]["epochs"] == 1
+
+    def no_training(spec, folder):
+        raise AssertionError(f"zoo sweep would train {spec.name} again")
+
+    monkeypatch.setattr(tasks.sweeps.driver, "_prepare", no_training)
+    assert main(["sweep", str(out / SWEEP_FILE)]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before  # no new folder: every run reused
+    assert all(r["state"] == "done" and r["attempts"] == 1 for r in _runs(out).values())
