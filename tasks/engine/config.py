@@ -26,7 +26,6 @@ from typing import Any
 from core.atomic import write_json_atomic
 from core.configs import config_from_dict  # noqa: F401  (re-exported: run loading, sweeps)
 from core.errors import check_bool, check_int, check_number, check_positive, unknown_name
-from tasks.engine.same_run import setting_differences as config_differences  # noqa: F401  (zoo cv imports it here)
 
 
 def cache_root() -> Path:
