@@ -4,7 +4,7 @@ The same number of epochs is not the same compute: a variant twice as expensive 
 FLOPs. A budget makes the comparison say which resource it holds equal:
 
 * ``epochs=N`` — N passes over the training data (the default, and what ``zoo train`` does);
-* ``time=SECONDS`` — training time (optimizer steps, not evaluation) of this process;
+* ``time=SECONDS`` — training time (optimizer steps, not evaluation or checkpoints) of all the run's sessions;
 * ``flops=X`` — training FLOPs. Each optimizer step costs **3 × the forward FLOPs of its micro-batches**
   (the usual convention: the backward pass costs about twice the forward), the forward FLOPs counted by
   the counter ``zoo diff`` uses (:func:`zoo.analysis.delta.module_flops`: ``torch.utils.flop_counter``, math attention
@@ -18,6 +18,10 @@ same shape, as in cifar and medseg), where a time budget plans it over ``epochs`
 
 The counting is :class:`TrainingFlopCounter`'s; every run has one (a FLOP budget's, or the trainer's own), so
 that metrics.json reports the run's training FLOP/s and MFU (:mod:`tasks.engine.mfu`) in the same FLOPs.
+
+A budget survives a pre-emption: the checkpoint records the budget, the planned steps and each session's seconds
+and FLOPs (:mod:`tasks.engine.sessions`), so a run resumed with ``--resume`` (with the same ``--budget`` or none)
+counts on from where it stopped and ends at the step the uninterrupted run ends at.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ class Budget:
         """Called once before the first step (e.g. to watch the model's inputs)."""
 
     def exhausted(self, trainer, seconds: float) -> bool:
-        """After each optimizer step: has the run spent its budget? ``seconds``: training time so far."""
+        """After each optimizer step: has the run spent its budget? ``seconds``: training time so far, every
+        session's."""
         return False
 
     def spent(self) -> dict[str, Any]:
@@ -95,14 +100,13 @@ class TrainingFlopCounter:
 
     Shared by :class:`FlopBudget` (which stops a run when the count reaches its value) and the trainer's FLOP/s
     and MFU (:mod:`tasks.engine.mfu`), so both mean the same FLOPs. The hook only notes each forward's input shape;
-    :meth:`update` turns the notes into FLOPs, after every step for a budget, once at the end otherwise (then
-    no counting runs inside the training time).
+    the trainer calls :meth:`update` after every optimizer step, outside the step's timed part, to turn the notes
+    into FLOPs: the count always covers whole steps, the ones a checkpoint records.
     """
 
     def __init__(self) -> None:
-        self.flops = 0.0
-        self.counting_seconds = 0.0  # time spent in update() (inside the training time when a budget calls it)
-        self.first_step = 0  # optimizer steps done when the counting started (a resumed run starts past 0)
+        self.flops = 0.0  # a resumed run starts it at its earlier sessions' FLOPs
+        self.counting_seconds = 0.0  # time spent in update() (outside the training time)
         self._cache: dict[tuple, int] = {}  # input shapes -> forward FLOPs
         self._pending: dict[tuple, list] = {}  # input shapes -> [example inputs, forwards not yet counted]
         self._world = 1
@@ -110,7 +114,6 @@ class TrainingFlopCounter:
     def start(self, trainer) -> TrainingFlopCounter:
         """Watch ``trainer.model``'s training forwards from now on."""
         self._world = trainer.dist.world if trainer.dist.enabled else 1
-        self.first_step = trainer.optimizer_steps_done()
 
         def watch(module, args):
             if module.training and torch.is_grad_enabled():  # a training forward, not an evaluation

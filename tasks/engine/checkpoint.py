@@ -3,7 +3,9 @@
 * Written atomically: to a temporary file in the same folder, flushed to disk, then ``os.replace``d over
   the old one, so a crash mid-write leaves the previous checkpoint intact.
 * Complete: model, optimizer, scheduler, grad-scaler and RNG states, epoch, step, config and package
-  version, so ``--resume`` continues exactly where the run stopped.
+  version, the budget, the steps the schedule was planned for and each session's costs
+  (:mod:`tasks.engine.sessions`), so ``--resume`` continues exactly where the run stopped and stops where the
+  uninterrupted run stops.
 * Safe to load: ``torch.load(..., weights_only=True)`` never executes code from the file. Everything
   stored is tensors, numbers, strings, lists and dicts.
 """

@@ -184,21 +184,17 @@ def training_utilisation(train_flops: float, seconds: float, steps: int, device:
 
 
 def run_utilisation(trainer) -> dict[str, Any] | None:
-    """:func:`training_utilisation` of a :class:`tasks.engine.trainer.Trainer`'s session, from its FLOP counter.
-
-    The time is the optimizer steps' (``trainer.train_seconds``, evaluation excluded) less the counting a FLOP
-    budget did inside it. None on ranks other than the first (they do not probe), or if measuring fails: a
-    report must not cost the finished run.
+    """:func:`training_utilisation` of a :class:`tasks.engine.trainer.Trainer`'s run, every session of it
+    (:mod:`tasks.engine.sessions`): its training FLOPs over the time inside its optimizer steps (evaluation,
+    checkpoints and the FLOP counting excluded). None on ranks other than the first (they do not probe), or if
+    measuring fails: a report must not cost the finished run.
     """
-    counter = getattr(trainer, "flop_counter", None)
-    if counter is None or not trainer.main:
+    if getattr(trainer, "flop_counter", None) is None or not trainer.main:
         return None
     try:
-        inside = counter.counting_seconds  # nonzero only where a FLOP budget counted after every step
-        flops = counter.update(trainer.model)
+        costs = trainer.cost_totals()
         world = trainer.dist.world if trainer.dist.enabled else 1
-        return training_utilisation(flops, trainer.train_seconds - inside,
-                                    trainer.optimizer_steps_done() - counter.first_step, trainer.device,
+        return training_utilisation(costs["flops"], costs["step_seconds"], int(costs["steps"]), trainer.device,
                                     getattr(trainer, "precision_used", "fp32"), world)
     except Exception as error:
         log.warning("training FLOP/s and MFU not measured: %s", error)

@@ -33,12 +33,13 @@ from tqdm.auto import tqdm
 
 from core.atomic import write_text_atomic
 from core.sidechannels import auxiliary_loss
-from tasks.engine.budget import TrainingFlopCounter
+from tasks.engine.budget import TrainingFlopCounter, parse_budget
 from tasks.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.engine.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard
 from tasks.engine.mfu import run_utilisation
 from tasks.engine.precision import Precision, probe_training, resolve, training_step
 from tasks.engine.pretrained import freeze, initialise
+from tasks.engine.sessions import Session, totals
 from tasks.engine.task import Task
 
 log = logging.getLogger(__name__)
@@ -83,12 +84,25 @@ def stop_signals(on_signal):
             signal.signal(number, handler)
 
 
-def seed_everything(seed: int, deterministic: bool) -> None:
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global random streams (every device's)."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    if deterministic:
+
+
+@contextmanager
+def deterministic_algorithms(enabled: bool):
+    """Inside the block, torch uses deterministic algorithms where ``enabled`` (warning where an op has none);
+    after it, the process's previous setting comes back, so a run with ``--deterministic`` does not change the
+    numerics or speed of what the same process does next (another run, a test)."""
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    if enabled:
         torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
 
 
 class Trainer:
@@ -104,7 +118,7 @@ class Trainer:
         self.device = select_device(config.device)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        seed_everything(config.seed, config.deterministic)
+        seed_everything(config.seed)
         self.dist = init_distributed(self.device)
         if self.dist.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", self.dist.local_rank)
@@ -116,7 +130,9 @@ class Trainer:
         self.out = config.out_dir
         self.ckpt_dir = self.out / "checkpoints"
         self.history: list[dict[str, Any]] = []
-        self.items_seen, self.train_seconds = 0.0, 0.0  # for throughput (this process, this session)
+        # the run's costs (tasks.engine.sessions): the sessions before this one, from the checkpoint, and this one
+        self.earlier_sessions: list[dict[str, Any]] = []
+        self.session = Session.begin(0)
         self.stop_signal: str | None = None  # the stop signal received (see STOP_SIGNALS), if any
 
     # --- helpers ---------------------------------------------------------------------------------
@@ -160,6 +176,10 @@ class Trainer:
             "config": self.config.to_dict(),
             "task": self.task.name,
             "precision": self.precision_used,
+            # a resume stops where the uninterrupted run stops: the same budget, schedule and costs so far
+            "budget": None if self.budget is None else {"kind": self.budget.kind, "value": self.budget.value},
+            "planned_steps": self.planned_steps,
+            "sessions": self.sessions(),
         }
 
     def _call(self, hook: str, *args) -> None:
@@ -179,6 +199,11 @@ class Trainer:
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
+        """Train (or resume) the run, evaluate it on the test data and return its summary (metrics.json)."""
+        with deterministic_algorithms(self.config.deterministic):
+            return self._fit()
+
+    def _fit(self) -> dict[str, Any]:
         c, task = self.config, self.task
         last = self.ckpt_dir / "last.pt"
         if not c.resume and last.exists():  # before the data loads: a refused run should cost no time
@@ -190,6 +215,7 @@ class Trainer:
         if c.resume and not resuming:  # e.g. a job pre-empted before its first checkpoint, requeued with --resume
             log.warning("--resume: %s holds no checkpoint yet; training from the beginning", self.out)
         c.check_paths()
+        state = load_checkpoint(last, c.to_dict()) if resuming else None
         task.setup()
         self.model = task.build_model()
         # --init-from (a resumed run's checkpoint holds its weights) and --freeze: tasks.engine.pretrained
@@ -197,11 +223,8 @@ class Trainer:
         self.frozen = freeze(self.model, c)
         self.model = self.model.to(self.device)
         self.optimizer = task.make_optimizer(self.model)
-        steps_per_epoch = math.ceil(len(task.train_batches(0)) / c.accumulate)
-        total_steps = steps_per_epoch * c.epochs
-        if self.budget is not None:
-            total_steps = self.budget.planned_steps(self, total_steps)
-        self.scheduler = task.make_scheduler(self.optimizer, total_steps)
+        self.planned_steps = self._plan(state)
+        self.scheduler = task.make_scheduler(self.optimizer, self.planned_steps)
         self.scaler = torch.amp.GradScaler(enabled=False)  # bf16 needs no loss scaling; kept for fp16 users
         wrapped = DistributedDataParallel(self.model) if self.dist.enabled else self.model
         self.eval_model = self.model  # what evaluation calls: the plain module, or its compiled forward
@@ -212,7 +235,6 @@ class Trainer:
 
         epoch, batch_in_epoch, step, best, epoch_sums = 0, 0, 0, None, (0.0, 0.0)
         if resuming:
-            state = load_checkpoint(last, c.to_dict())
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
@@ -237,15 +259,21 @@ class Trainer:
         if self.budget is not None:
             self.budget.start(self)
         self.flop_counter = getattr(self.budget, "counter", None) or TrainingFlopCounter().start(self)  # for MFU
-        start = time.perf_counter()
+        self.earlier_sessions = list(state.get("sessions", [])) if resuming else []
+        self.flop_counter.flops = totals(self.earlier_sessions)["flops"]  # a FLOP budget counts on from there
+        self.session = Session.begin(step)
+        self._session_start = time.perf_counter()
+        if resuming and self.budget is not None:  # saved at the step that spent it: a signal came then, or it ended
+            self._budget_spent()
         with stop_signals(self._on_stop_signal):
             try:
-                while epoch < c.epochs and not self.stopped_by_budget:
+                # a run whose budget is spent has nothing left to train, but the epoch it stopped in may lack its row
+                while epoch < c.epochs and not (self.stopped_by_budget and batch_in_epoch == 0):
                     step, train_loss = self._train_epoch(wrapped, epoch, batch_in_epoch, step, best, epoch_sums)
                     epoch_sums = (0.0, 0.0)
                     row = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
                            "lr": self.optimizer.param_groups[0]["lr"], **self._evaluate("valid")}
-                    row["elapsed_s"] = time.perf_counter() - start
+                    row["elapsed_s"] = self.cost_totals()["train_seconds"]  # all sessions'
                     self.history.append(row)
                     self._call("on_epoch_end", self.history)
                     epoch, batch_in_epoch = epoch + 1, 0
@@ -263,7 +291,7 @@ class Trainer:
             except KeyboardInterrupt:
                 log.warning("interrupted: checkpoint saved to %s; continue with --resume", last)
                 raise
-        return self._finish(best, time.perf_counter() - start)
+        return self._finish(best)
 
     def _on_stop_signal(self, name: str) -> None:
         if self.stop_signal is None:
@@ -283,6 +311,8 @@ class Trainer:
         self.model.train()
         batches = task.train_batches(epoch)
         groups = [batches[i : i + c.accumulate] for i in range(0, len(batches), c.accumulate)]
+        if self.stopped_by_budget:  # resumed from the step that spent the budget: only the epoch's row is left
+            skip = len(groups)
         done_groups = skip
         bar = tqdm(groups[skip:], desc=f"epoch {epoch + 1}/{c.epochs}", disable=not (c.progress and self.main),
                    leave=False, dynamic_ncols=True)
@@ -290,11 +320,16 @@ class Trainer:
         tic = time.perf_counter()
         for group in bar:
             rng = rng_state()  # where this step starts: Ctrl-C mid-step resumes exactly from here
+            step_start = time.perf_counter()
             try:
                 group_loss, group_items = self._train_step(wrapped, group)
             except KeyboardInterrupt:
                 self._save("last.pt", self._state(epoch, done_groups, step, rng, best, (loss_sum, items_sum)))
                 raise
+            # the step alone is training time; callbacks, FLOP counting, checkpoints and evaluation are not
+            self.session.step_seconds += time.perf_counter() - step_start
+            self.session.steps += 1
+            self.flop_counter.update(self.model)
             done_groups, step = done_groups + 1, step + 1
             loss_sum, items_sum = loss_sum + group_loss, items_sum + group_items
             self._call("on_step", step, group_loss / max(group_items, 1), self.optimizer.param_groups[0]["lr"])
@@ -310,12 +345,10 @@ class Trainer:
                 bar.close()
                 raise PreemptedError(self.stop_signal or "a stop signal (on another rank)", step,
                                      self.ckpt_dir / "last.pt")
-            if self.budget is not None and self._budget_spent(time.perf_counter() - tic):
+            if self.budget is not None and self._budget_spent():
                 break  # stop here; fit() evaluates and checkpoints as at an epoch end
         bar.close()
         loss_sum, items_sum = all_reduce_sum([loss_sum, items_sum], self.dist, self.device)
-        self.items_seen += items_sum
-        self.train_seconds += time.perf_counter() - tic
         return step, loss_sum / max(items_sum, 1.0)
 
     def _train_step(self, wrapped: nn.Module, group: list) -> tuple[float, float]:
@@ -339,6 +372,7 @@ class Trainer:
             total_loss, total_items = total_loss + loss.item(), total_items + items
         # Gradients hold Σ loss; DDP averaged them over ranks. Divide by the global item count.
         global_items = all_reduce_sum([total_items], self.dist, self.device)[0]
+        self.session.items += global_items
         scale = self.dist.world / max(global_items, 1.0)
         for p in self.model.parameters():
             if p.grad is not None:
@@ -350,14 +384,48 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return total_loss, total_items
 
-    def _budget_spent(self, epoch_seconds: float) -> bool:
-        """Whether the budget is spent after this step; every rank stops at the same step."""
-        spent = self.budget.exhausted(self, self.train_seconds + epoch_seconds)
+    def _budget_spent(self) -> bool:
+        """Whether the budget is spent after this step, counting every session; every rank stops at the same step."""
+        spent = self.budget.exhausted(self, self.cost_totals()["step_seconds"])
         self.stopped_by_budget = all_reduce_sum([float(spent)], self.dist, self.device)[0] > 0
         return self.stopped_by_budget
 
     def optimizer_steps_done(self) -> int:
         return int(getattr(self.scheduler, "last_epoch", 0))
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every session of the run so far, this one up to now (:mod:`tasks.engine.sessions`)."""
+        self.session.train_seconds = time.perf_counter() - self._session_start
+        self.session.flops = self.flop_counter.flops - totals(self.earlier_sessions)["flops"]
+        return [*self.earlier_sessions, self.session.to_dict()]
+
+    def cost_totals(self) -> dict[str, float]:
+        """The run's steps, items, seconds and training FLOPs so far, summed over its sessions."""
+        return totals(self.sessions())
+
+    def _plan(self, state: dict[str, Any] | None) -> int:
+        """The optimizer steps the learning-rate schedule is planned for: epochs × steps per epoch, or fewer where
+        a FLOP budget buys fewer (:meth:`tasks.engine.budget.Budget.planned_steps`).
+
+        A resumed run (``state``: its checkpoint) keeps the plan and the budget it began with, the budget even when
+        the requeue command omits ``--budget``, and refuses another budget: its steps so far were scheduled and
+        counted for the first one.
+        """
+        c = self.config
+        default = math.ceil(len(self.task.train_batches(0)) / c.accumulate) * c.epochs
+        if state is None or "planned_steps" not in state:  # a fresh run, or a checkpoint of an older version
+            return default if self.budget is None else self.budget.planned_steps(self, default)
+        saved = state["budget"]
+        given = None if self.budget is None else {"kind": self.budget.kind, "value": self.budget.value}
+        if given is None and saved is not None:
+            self.budget = parse_budget(_budget_text(saved))
+            log.info("resumed under the checkpoint's budget: %s", self.budget.describe())
+        elif _budget_key(given) != _budget_key(saved):
+            again = "without --budget" if saved is None else f"with --budget {_budget_text(saved)} or without --budget"
+            raise ValueError(f"--budget {_budget_text(given)} differs from the budget ({_budget_text(saved)}) that "
+                             f"{self.ckpt_dir / 'last.pt'} was trained under; resume {again}, or train the new budget "
+                             "into a new --out folder")
+        return int(state["planned_steps"])
 
     @torch.no_grad()
     def _evaluate(self, split: str) -> dict[str, float]:
@@ -367,8 +435,10 @@ class Trainer:
         self.model.train()
         return self.task.score(records, split)
 
-    def _finish(self, best: float | None, seconds: float) -> dict[str, Any]:
+    def _finish(self, best: float | None) -> dict[str, Any]:
         """Evaluate the best checkpoint on the test data, write metrics.json, report.md, curves.png."""
+        sessions = self.sessions()  # the training's, before the test evaluation
+        costs = totals(sessions)
         best_path = self.ckpt_dir / "best.pt"
         if best_path.exists():
             self.model.load_state_dict(load_checkpoint(best_path)["model"])
@@ -381,14 +451,15 @@ class Trainer:
             "epochs": len(self.history),
             "best_valid": best,
             "main_metric": self.task.main_metric,
-            "train_seconds": seconds,
+            "train_seconds": costs["train_seconds"],  # every session's training loop, evaluation included
             "parameters": sum(p.numel() for p in self.model.parameters()),
-            "items_per_s": self.items_seen / max(self.train_seconds, 1e-9),
+            "items_per_s": costs["items"] / max(costs["step_seconds"], 1e-9),
             "precision": self.precision_used,
             "precision_reason": self.precision.reason,
             "utilisation": run_utilisation(self),  # training FLOP/s and MFU (tasks.engine.mfu)
             "final": final,
             "history": self.history,
+            "sessions": sessions,
         }
         if self.budget is not None:
             summary["budget"] = {**self.budget.spent(), "stopped_by_budget": self.stopped_by_budget,
@@ -400,6 +471,15 @@ class Trainer:
 
 
 _UNTIMED_FIELDS = frozenset({"out", "resume", "progress", "epochs", "doctor", "precision", "lr", "warmup"})
+
+
+def _budget_key(budget: dict[str, Any] | None) -> tuple | None:
+    return None if budget is None else (budget["kind"], float(budget["value"]))
+
+
+def _budget_text(budget: dict[str, Any] | None) -> str:
+    """``{"kind": "time", "value": 60.0}`` -> ``"time=60.0"``, as ``--budget`` takes it (``"none"`` for None)."""
+    return "none" if budget is None else f"{budget['kind']}={budget['value']!r}"
 
 
 def auxiliary_weights(config) -> dict[str, float]:
