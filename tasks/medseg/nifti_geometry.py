@@ -14,6 +14,7 @@ The :class:`Geometry` of each case records the original grid (shape, affine, ori
 the canonical grid, so that :func:`to_original` can map a prediction back: transpose back, resample to the RAS
 grid with nearest neighbour (skipped when the spacing did not change, so that the round trip is exact), undo the
 reorientation (exact flips and transposes), and :func:`write_label_nifti` writes it with the input's affine.
+:func:`probabilities_to_original` maps class probabilities back the same way, so their arg-max is that label map.
 
 Shape legend: ``C`` channels, ``D, H, W`` slices, rows, columns; ``X, Y, Z`` the file's array axes.
 """
@@ -182,8 +183,29 @@ def to_original(label: np.ndarray, geometry: Geometry) -> np.ndarray:
     if label.shape != geometry.canonical_shape:
         raise ValueError(f"label must be the canonical (D, H, W) {geometry.canonical_shape} of "
                          f"{geometry.source[0] if geometry.source else 'its case'}, got {label.shape}")
-    inverse = np.argsort((0, *(1 + a for a in geometry.axes)))  # (1, D, H, W) -> (1, R, A, S)
-    ras = np.transpose(label[None].astype(np.float32), inverse)  # (1, R, A, S) on the canonical grid
+    return np.ascontiguousarray(np.rint(_channels_to_original(label[None], geometry)[0])).astype(np.uint8)
+
+
+def probabilities_to_original(probabilities: np.ndarray, geometry: Geometry) -> np.ndarray:
+    """Map canonical class probabilities back onto the original file's grid, voxel for voxel as :func:`to_original`
+    maps their arg-max (the same nearest-neighbour resampling and flips: every original voxel takes the whole
+    probability vector of the canonical voxel its label comes from), so that their arg-max is the label map there.
+
+    Shape:
+        (K, D, H, W) canonical -> (K, X, Y, Z) float32, ``geometry.shape`` in the file's axis order.
+    """
+    probabilities = np.asarray(probabilities)
+    if probabilities.ndim != 4 or probabilities.shape[1:] != geometry.canonical_shape:
+        raise ValueError(f"probabilities must be (K, D, H, W) with (D, H, W) the canonical {geometry.canonical_shape} "
+                         f"of {geometry.source[0] if geometry.source else 'its case'}, got {probabilities.shape}")
+    return _channels_to_original(probabilities, geometry)
+
+
+def _channels_to_original(array: np.ndarray, geometry: Geometry) -> np.ndarray:
+    """Transpose back to RAS, resample to the RAS grid with nearest neighbour (skipped when the spacing did not
+    change), undo the reorientation. Shape: (C, D, H, W) canonical -> (C, X, Y, Z) float32."""
+    inverse = np.argsort((0, *(1 + a for a in geometry.axes)))  # (C, D, H, W) -> (C, R, A, S)
+    ras = np.transpose(array.astype(np.float32), inverse)  # (C, R, A, S) on the canonical grid
     canonical_affine, ras_affine = np.asarray(geometry.canonical_affine), np.asarray(geometry.ras_affine)
     if ras.shape[1:] != tuple(geometry.ras_shape) or not np.allclose(canonical_affine, ras_affine, atol=AFFINE_ATOL):
         resample = SpatialResample(mode="nearest", padding_mode="border")
@@ -191,10 +213,10 @@ def to_original(label: np.ndarray, geometry: Geometry) -> np.ndarray:
         ras = resample(moving, dst_affine=torch.from_numpy(ras_affine), spatial_size=list(geometry.ras_shape)).numpy()
     ras_ornt = nib.orientations.axcodes2ornt(RAS)
     back = nib.orientations.ornt_transform(ras_ornt, nib.orientations.io_orientation(np.asarray(geometry.affine)))
-    out = nib.orientations.apply_orientation(ras[0], back)  # (X, Y, Z) as stored
-    if out.shape != tuple(geometry.shape):
-        raise RuntimeError(f"mapped back to {out.shape}, expected {geometry.shape}: inconsistent geometry record")
-    return np.ascontiguousarray(np.rint(out)).astype(np.uint8)
+    out = np.moveaxis(nib.orientations.apply_orientation(np.moveaxis(ras, 0, -1), back), -1, 0)  # (C, X, Y, Z)
+    if out.shape[1:] != tuple(geometry.shape):
+        raise RuntimeError(f"mapped back to {out.shape[1:]}, expected {geometry.shape}: inconsistent geometry record")
+    return np.ascontiguousarray(out, dtype=np.float32)
 
 
 def write_label_nifti(path: str | Path, label: np.ndarray, geometry: Geometry) -> Path:

@@ -5,7 +5,9 @@ reoriented to RAS, resampled to the run's spacing, each channel normalised by th
 the statistics the training fitted), and sliced across the same axis (:func:`~tasks.medseg.nifti_data.preprocess_case`).
 It is predicted slice by slice as the evaluation predicts a case (:meth:`MedsegTask.predict_volume`), mapped back
 onto the input's grid (:func:`~tasks.medseg.nifti_geometry.to_original`) and written as ``OUT/CASE.nii.gz`` (the
-input's ending): uint8, the input's shape, affine and orientation.
+input's ending): uint8, the input's shape, affine and orientation. Saved probabilities (``CASE.npz``) are mapped onto
+the same grid the same way (:func:`~tasks.medseg.nifti_geometry.probabilities_to_original`), as nnU-Net exports
+them: their arg-max is the written label map.
 
 Cases: a run trained on an nnU-Net v2 folder reads its inputs as nnU-Net does, one file per channel
 ``{CASE}_{XXXX}.nii.gz`` grouped by case (every channel required); any other NIfTI run reads one file per case (a 4D
@@ -21,11 +23,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
+import nibabel as nib
 import numpy as np
-from tqdm.auto import tqdm
 
+from tasks.engine.progress import progress_bar
 from tasks.medseg.nifti_layout import NIFTI_ENDINGS, CaseFiles, nifti_stem
 from tasks.medseg.volume import Volume
 from tasks.runs.records import split_hash, write_records
@@ -41,10 +45,11 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
     """Predict every case of ``files`` (NIfTI) into ``out``; returns a one-line summary (see the module docstring).
 
     ``members`` and ``save_probabilities``: an ensemble and ``CASE.npz`` files as :func:`tasks.medseg.predict.predict`
-    describes them (probabilities on the run's canonical grid)."""
+    describes them (probabilities mapped onto the input's grid as the label map is, so that they agree voxel for
+    voxel; spacing: the input's voxel sizes along its array axes)."""
     from tasks.medseg.case_prediction import predict_case
     from tasks.medseg.nifti_data import Preprocessing, preprocess_case
-    from tasks.medseg.nifti_geometry import to_original, write_label_nifti
+    from tasks.medseg.nifti_geometry import probabilities_to_original, to_original, write_label_nifti
     from tasks.medseg.nifti_scoring import OriginalGeometryScores
 
     task, info = run.task, run.preprocessing["nifti"]
@@ -59,20 +64,23 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
     out.mkdir(parents=True, exist_ok=True)
     scores = OriginalGeometryScores(out, task.num_classes) if references[0] is not None else None
     records, hashed = [], []
-    bar = tqdm(list(zip(cases, references)), desc="predict", unit="case", disable=not progress or len(cases) < 2,
-               dynamic_ncols=True)
+    bar = progress_bar(list(zip(cases, references)), desc="predict", unit="case",
+                       disable=not progress or len(cases) < 2, dynamic_ncols=True)
     for (case, ending, paths), reference in bar:
         loaded = preprocess_case(CaseFiles(case, paths, reference, "test"), prep, num_classes=task.num_classes)
         image = loaded.image[0] if loaded.image.shape[0] == 1 else loaded.image  # (D, H, W) or (C, D, H, W)
         label = loaded.label if loaded.label is not None else np.zeros(image.shape[-3:], np.uint8)  # unused zeros
         volume = Volume(case, image, label, loaded.spacing)
         model = [m.model for m in members] if members and len(members) > 1 else run.model
+        geometry = loaded.geometry
+        on_input_grid = partial(probabilities_to_original, geometry=geometry)  # as to_original maps the labels
         with run.context():  # the precision the run trained in
             pred = predict_case(task, model, volume, batch_size, out / f"{case}.npz" if save_probabilities else None,
-                                "the run's canonical grid: RAS, resampled to its spacing, sliced as it was trained "
-                                "(preprocessing.nifti in its run.json)")  # (D, H, W) canonical
+                                "the input file's own array grid: its axis order and shape, the written label map's "
+                                "affine", on_input_grid,
+                                nib.affines.voxel_sizes(np.asarray(geometry.affine)))  # (D, H, W) canonical
         if scores is None:
-            write_label_nifti(out / f"{case}{ending}", to_original(pred, loaded.geometry), loaded.geometry)
+            write_label_nifti(out / f"{case}{ending}", to_original(pred, geometry), geometry)
             continue
         scores.add(loaded, pred)  # maps back, writes OUT/<label file name>, scores in the original geometry
         records.append(task.case_record(volume, pred))

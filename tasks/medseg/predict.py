@@ -22,9 +22,9 @@ mean of their softmax probabilities; the run's ``tta`` setting (``--tta mirror``
 its mirror axes (:meth:`MedsegTask.mirror_axes`).
 
 ``save_probabilities`` writes ``OUT/CASE.npz`` beside each label map (:func:`save_probabilities`): ``probabilities``
-float16 ``(K, D, H, W)``, the class probabilities whose arg-max is the label map, on the input's own array grid (for
-NIfTI inputs: the run's canonical grid, RAS-reoriented and resampled to its spacing, before the label map is mapped
-back onto the input's grid), with ``class_names``, ``spacing`` and a ``grid`` note.
+float32 ``(K, ...)`` on the label map's own grid, whose arg-max is the label map voxel for voxel (as in nnU-Net's
+exports): a 2D model's are zoomed back with order 0 as its labels are; for NIfTI inputs they are mapped onto the
+input's grid as the label map is. With ``class_names``, ``spacing`` and a ``grid`` note.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from core.errors import check_positive
+from tasks.engine.progress import progress_bar
 from tasks.medseg.case_prediction import predict_case
 from tasks.medseg.volume import Volume
 from tasks.medseg.volumes_io import (
@@ -102,8 +102,8 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
     references = _label_files(files, labels)
     out.mkdir(parents=True, exist_ok=True)
     records, hashed = [], []
-    bar = tqdm(list(zip(files, references)), desc="predict", unit="volume", disable=not progress or len(files) < 2,
-               dynamic_ncols=True)
+    bar = progress_bar(list(zip(files, references)), desc="predict", unit="volume",
+                       disable=not progress or len(files) < 2, dynamic_ncols=True)
     for file, reference in bar:
         image = read_image(file)
         label = _reference(reference, image, task.num_classes)

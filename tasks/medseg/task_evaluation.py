@@ -35,6 +35,23 @@ def channels_first(volume: Volume) -> Tensor:
     """A case's image as a 3D model takes it, float32. Shape: (D, H, W) or (C, D, H, W) -> (C, D, H, W)."""
     return torch.from_numpy(np.asarray(volume.image if volume.image.ndim == 4 else volume.image[None], np.float32))
 
+def nearest_on_slices(array: np.ndarray, size: Sequence[int]) -> np.ndarray:
+    """``array`` zoomed along its last two axes to ``size`` with order 0 (nearest neighbour), as the papers zoom a
+    2D model's arg-max back to each slice; unchanged when it has that size already. Labels and probabilities go
+    through this one function, so that every voxel takes the values of the same model-grid pixel in both.
+
+    Shape:
+        (..., S, S) -> (..., H, W) with ``size`` (H, W).
+    """
+    h, w = (int(n) for n in size)
+    s_h, s_w = array.shape[-2:]
+    if (h, w) == (s_h, s_w):
+        return array
+    from scipy.ndimage import zoom
+
+    return zoom(array, (1,) * (array.ndim - 2) + (h / s_h, w / s_w), order=0)
+
+
 class MedsegEvaluation:
     """Mixin of :class:`~tasks.medseg.task.MedsegTask` : predicts and scores the cases of
     ``volumes[split]``, and writes the final report. The state the mixins share is documented on ``MedsegTask``
@@ -69,19 +86,14 @@ class MedsegEvaluation:
         return self.labels_of(self.predict_probabilities(model, volume, batch_size, mirror), volume)
 
     def _slice_labels(self, model: nn.Module, volume: Volume, batch_size: int | None) -> np.ndarray:
-        size, (d, h, w) = self.config.image_size, volume.shape
+        d, h, w = volume.shape
         batch = batch_size or self.config.eval_batch_size
         slices = self.zoomed(volume)  # (D, C, S, S)
         preds = []
         for j in range(0, d, batch):
             logits = model(slices[j : j + batch].to(self.device))  # (b, K, S, S)
             preds.append(logits.argmax(1).to(torch.uint8).cpu())
-        pred = torch.cat(preds).numpy()  # (D, S, S)
-        if (h, w) != (size, size):
-            from scipy.ndimage import zoom
-
-            pred = zoom(pred, (1, h / size, w / size), order=0)
-        return pred
+        return nearest_on_slices(torch.cat(preds).numpy(), (h, w))  # (D, S, S) -> (D, H, W)
 
     @torch.no_grad()
     def predict_probabilities(self, model: nn.Module | Sequence[nn.Module], volume: Volume,
@@ -120,8 +132,8 @@ class MedsegEvaluation:
     def onnx_graphs(self, model: nn.Module, n: int = 8) -> list:
         """One graph, on the first test case: a 2D model's slices ``(B, C, S, S)`` (the ``n`` middle ones) or a 3D
         model's patches ``(B, C, D, H, W)`` (its centre, padded to the patch where the case is smaller) ->
-        logits ``(B, K, ...)``. The batch is dynamic; the spatial sizes are those inference feeds it (the
-        slice size, the sliding window's patch)."""
+        logits ``(B, K, ...)``. The batch is dynamic (the export checks it at another size than it traced); the
+        spatial sizes are those inference feeds it (the slice size, the sliding window's patch)."""
         from tasks.engine.export_graphs import batch_graph
 
         volume = (self.volumes.get("test") or self.volumes["valid"])[0]
@@ -133,34 +145,28 @@ class MedsegEvaluation:
 
         image = channels_first(volume)  # (C, D, H, W)
         patch = CenterSpatialCrop(self.patch_size)(SpatialPad(self.patch_size)(image))  # (C, pd, ph, pw)
-        flipped = patch.flip(-1)  # a second, different example: the batch axis is checked at 2
-        return [batch_graph(model, "patches", torch.stack([torch.as_tensor(patch), torch.as_tensor(flipped)]))]
+        patch = torch.as_tensor(patch)
+        # three different examples: traced at batch 2 and checked at 3, so a graph with its batch baked in fails
+        return [batch_graph(model, "patches", torch.stack([patch, patch.flip(-1), patch.flip(-2)]))]
 
     def labels_of(self, probabilities: Tensor, volume: Volume) -> np.ndarray:
-        """The arg-max of probabilities on the model's grid, on the volume's grid (2D: zoomed back with order 0).
+        """The arg-max of probabilities on the model's grid, on the volume's grid (2D: zoomed back with order 0,
+        :func:`nearest_on_slices`, so it is the arg-max of :meth:`probabilities_on_volume` voxel for voxel).
 
         Shape:
             (K, D, S, S) or (K, D, H, W) -> (D, H, W) uint8.
         """
-        pred = probabilities.argmax(0).to(torch.uint8).numpy()
-        (_, h, w), (_, s_h, s_w) = volume.shape, pred.shape
-        if (h, w) != (s_h, s_w):
-            from scipy.ndimage import zoom
-
-            pred = zoom(pred, (1, h / s_h, w / s_w), order=0)
-        return pred
+        return nearest_on_slices(probabilities.argmax(0).to(torch.uint8).numpy(), volume.shape[1:])
 
     def probabilities_on_volume(self, probabilities: Tensor, volume: Volume) -> np.ndarray:
-        """Probabilities on the volume's grid, as ``--save-probabilities`` writes them (a 2D model's zoomed back
-        with order 1, renormalised). Shape: (K, D, S, S) or (K, D, H, W) -> (K, D, H, W) float32."""
-        probs = probabilities.numpy()
-        (_, h, w), (_, _, s_h, s_w) = volume.shape, probs.shape
-        if (h, w) != (s_h, s_w):
-            from scipy.ndimage import zoom
+        """Probabilities on the volume's grid, as ``--save-probabilities`` writes them: a 2D model's zoomed back
+        with order 0 as its labels are (:func:`nearest_on_slices`; a linear zoom would move the class boundaries
+        away from the label map's), so their arg-max is :meth:`labels_of` everywhere.
 
-            probs = zoom(probs, (1, 1, h / s_h, w / s_w), order=1)
-            probs = probs / np.clip(probs.sum(0, keepdims=True), 1e-8, None)
-        return probs.astype(np.float32)
+        Shape:
+            (K, D, S, S) or (K, D, H, W) -> (K, D, H, W) float32.
+        """
+        return nearest_on_slices(probabilities.float().numpy(), volume.shape[1:])
 
     def left_right_axis(self) -> int | None:
         """The axis of the (D, H, W) grid that runs from left to right: W for the Synapse, ACDC and phantom layouts

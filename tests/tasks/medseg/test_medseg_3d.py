@@ -17,6 +17,7 @@ import torch
 
 from tasks.cli.main import main
 from tasks.medseg.cv import cross_validate
+from tasks.medseg.nifti_geometry import probabilities_to_original
 from tasks.medseg.phantom_nifti import write_phantom_nifti
 from tasks.medseg.predict import predict
 from tasks.medseg.task import MedsegConfig, MedsegTask
@@ -79,21 +80,33 @@ def test_predictions_keep_each_inputs_shape_affine_and_orientation(cv, folder, t
         np.testing.assert_allclose(written.affine, stored.affine, atol=1e-5)
         assert nib.aff2axcodes(written.affine) == nib.aff2axcodes(stored.affine)  # the phantom stores several
         saved = np.load(tmp_path / image.name.replace(".nii.gz", ".npz"))
-        probabilities = saved["probabilities"].astype(np.float32)  # (K, D, H, W) on the run's canonical grid
+        probabilities = saved["probabilities"]  # (K, X, Y, Z) on the input's grid, as the label map
+        assert probabilities.dtype == np.float32 and probabilities.shape[1:] == stored.shape
         assert probabilities.shape[0] == run.task.num_classes == len(saved["class_names"])
-        np.testing.assert_allclose(probabilities.sum(0), 1.0, atol=1e-2)  # float16 storage
-        assert "canonical grid" in str(saved["grid"])
+        np.testing.assert_allclose(probabilities.sum(0), 1.0, rtol=1e-5)
+        np.testing.assert_array_equal(probabilities.argmax(0), np.asarray(written.dataobj))  # voxel for voxel
+        assert "input file's own array grid" in str(saved["grid"])
 
 
-def test_an_ensemble_of_two_identical_folds_equals_one_fold(cv):
-    run = load_run(cv / "fold_0")
-    run.task.setup()
-    volume = run.task.volumes["test"][0]
-    one = run.task.predict_probabilities(run.model, volume)
-    two = run.task.predict_probabilities([run.model, run.model], volume)
-    assert one.shape == (run.task.num_classes, *volume.shape)
-    assert torch.equal(one, two)
-    assert np.array_equal(run.task.predict_volume([run.model, run.model], volume), run.task.labels_of(one, volume))
+def test_a_fold_ensemble_averages_the_probabilities_of_two_different_folds(cv):
+    """fold_0 and fold_1 learnt from different cases: the ensemble is the mean of their probabilities (not a vote of
+    their labels, which would be 0, 1/2 or 1), differs from each, and its labels are the mean's arg-max."""
+    folds = [load_run(cv / f"fold_{k}") for k in (0, 1)]
+    task = folds[0].task
+    task.setup()
+    volume = task.volumes["test"][0]
+    members = [task.predict_probabilities(f.model, volume).double() for f in folds]  # (K, D, H, W) each
+    ensemble = task.predict_probabilities([f.model for f in folds], volume)
+    assert ensemble.shape == (task.num_classes, *volume.shape)
+    mean = (members[0] + members[1]) / 2
+    torch.testing.assert_close(ensemble.double(), mean, rtol=0, atol=1e-6)
+    for member in members:
+        assert (ensemble.double() - member).abs().max() > 1e-3  # the two folds differ, and each from the mean
+    votes = sum(torch.nn.functional.one_hot(m.argmax(0), task.num_classes).movedim(-1, 0).double()
+                for m in members) / 2  # (K, D, H, W) in {0, 1/2, 1}
+    assert (ensemble.double() - votes).abs().max() > 0.1
+    labels = task.predict_volume([f.model for f in folds], volume)
+    np.testing.assert_array_equal(labels, mean.argmax(0).numpy())
 
 
 def test_a_cv_folder_predicts_and_evaluates_as_an_ensemble_with_mirroring(cv, folder, tmp_path, capsys):
@@ -109,8 +122,10 @@ def test_a_cv_folder_predicts_and_evaluates_as_an_ensemble_with_mirroring(cv, fo
     task.setup()
     volume = task.volumes["test"][0]
     expected = task.predict_probabilities([f.model for f in folds], volume, mirror=True)  # mean over folds and flips
+    on_input = probabilities_to_original(expected.numpy(), task.data.nifti.geometry[volume.case])  # as the labels
     saved = np.load(out / inputs[0].name.replace(".nii.gz", ".npz"))["probabilities"]
-    np.testing.assert_allclose(saved.astype(np.float32), expected.numpy(), atol=1e-3)  # float16 storage
+    np.testing.assert_allclose(saved, on_input, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(saved.argmax(0), np.asarray(nib.load(out / inputs[0].name).dataobj))
     assert task.mirror_axes() == (0, 1)  # the phantom's W runs from left to right: never flipped by default
     assert main(["evaluate", str(cv), "--tta", "mirror", "--out", str(tmp_path / "eval")]) == 0
     report = (tmp_path / "eval" / "report.md").read_text()
@@ -176,7 +191,8 @@ def test_onnx_export_of_a_3d_run_segments_like_pytorch(cv, folder, tmp_path):
     data, _ = folder
     out = export_run(cv / "fold_0", tmp_path / "onnx", "onnx")
     check = json.loads((out / "run.json").read_text())["onnx_check"]["model"]
-    assert check["max_abs_diff"] <= check["limit"] and check["examples"] == "patches [2, 1, 16, 32, 32]"
+    assert check["max_abs_diff"] <= check["limit"] and check["examples"] == "patches [3, 1, 16, 32, 32]"
+    assert check["traced"] == "patches [2, 1, 16, 32, 32]"  # the batch is checked at another size than traced
     inputs = sorted((data / "imagesTs").glob("*.nii.gz"))
     predict(load_run(cv / "fold_0"), inputs, tmp_path / "torch", progress=False)
     predict(load_run(out, runtime="onnxruntime"), inputs, tmp_path / "ort", progress=False)

@@ -189,3 +189,19 @@ def test_restored_run_needs_no_data_and_refuses_other_inputs(runs, folders, tmp_
     with pytest.raises(ValueError, match="the predictions would replace the references"):
         predict(load_run(runs["decathlon"][0]), [folders["decathlon"] / "imagesTs"], folders["decathlon"] / "labelsTs",
                 progress=False, labels=folders["decathlon"] / "labelsTs")
+
+
+def test_saved_probabilities_agree_with_the_label_maps_voxel_for_voxel(runs, folders, tmp_path):
+    """Slices zoomed 32 -> 32-36 px and back, anisotropic cases resampled to the run's spacing and back: the arg-max
+    of each CASE.npz is the written label map everywhere (a linear zoom of the probabilities moved boundaries)."""
+    run = load_run(runs["decathlon"][0])
+    images = sorted((folders["decathlon"] / "imagesTr").glob("*.nii.gz"))
+    predict(run, images, tmp_path, progress=False, save_probabilities=True)
+    for image in images:
+        label = np.asarray(nib.load(tmp_path / image.name).dataobj)  # (X, Y, Z) on the input's grid
+        saved = np.load(tmp_path / image.name.replace(".nii.gz", ".npz"))
+        probabilities = saved["probabilities"]  # (K, X, Y, Z)
+        assert probabilities.dtype == np.float32 and probabilities.shape == (run.task.num_classes, *label.shape)
+        np.testing.assert_array_equal(probabilities.argmax(0), label)
+        np.testing.assert_allclose(probabilities.sum(0), 1.0, rtol=1e-5)
+        np.testing.assert_allclose(saved["spacing"], nib.load(image).header.get_zooms()[:3], rtol=1e-5)
