@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-from core.errors import unknown_name
+from core.errors import check_bool, unknown_name
 from core.parts import check_part
 
 log = logging.getLogger(__name__)
@@ -371,27 +371,35 @@ def list_variants(task: str | None = None) -> list[str]:
 
 
 def create(name: str, preset: str | None = None, task: str | None = None, pretrained: str | Path | None = None,
-           **overrides: Any) -> nn.Module:
+           partial: bool = False, **overrides: Any) -> nn.Module:
     """Build variant ``name`` from ``preset`` with config ``overrides``: ``create("classic", preset="tiny")``.
 
     ``pretrained``: a checkpoint to start from, as timm's ``create_model`` takes one — a ``.safetensors``/``.pth``
-    file of the reference implementation (timm, MONAI), a run or export of this package (then its saved config
-    is the starting point, unless ``preset`` is given), mapped by :func:`zoo.weights.transfer.load_pretrained`:
-    position tables resampled to a new image size, a head with other ``num_classes`` re-initialised; the
-    per-tensor report is logged (``zoo.weights.transfer.load_pretrained`` returns it).
+    file of the reference implementation (timm, MONAI), or a run or export of this package: then the task it
+    records chooses the registration (``create("linear", pretrained=CIFAR_EXPORT)`` is the cifar ``linear``, not
+    the translation one) unless ``task`` is given, and its saved config is the starting point unless ``preset``
+    is given. The weights are mapped by :func:`zoo.weights.transfer.load_pretrained`: position tables resampled
+    to a new image size, a head with other ``num_classes`` re-initialised; the per-tensor report is logged.
+    ``partial``: accept a checkpoint that covers less than ``zoo.weights.transfer.MIN_SHARE`` of the model's
+    parameters (an encoder only), which is otherwise refused.
     """
-    variant = get_variant(name, task)
     if pretrained is None:
+        variant = get_variant(name, task)
         return variant.build(variant.config(preset, **overrides))
     from core.configs import config_from_dict
     from zoo.weights.sources import read_source
     from zoo.weights.transfer import load_pretrained
 
+    check_bool("partial", partial)
+    runs_on = tasks_of(name)  # an unknown name fails before a large file is read
     source = read_source(pretrained)
+    if task is None and source.meta.get("task") in runs_on:
+        task = source.meta["task"]
+    variant = get_variant(name, task)
     saved = source.meta.get("variant_config") if source.variant == name and preset is None else None
     config = variant.config(preset, **overrides) if saved is None else \
         config_from_dict(variant.config_class, {**saved, **overrides})
     model = variant.build(config)
-    transfer = load_pretrained(model, source, variant.import_weights)
+    transfer = load_pretrained(model, source, variant.import_weights, partial=partial, variant=name)
     log.info("%s", transfer.table())
     return model

@@ -126,8 +126,11 @@ def test_monai_swinunetr_encoder_weights_load_into_swinunetr3d(tmp_path):
     state["module.rotation_head.weight"] = torch.randn(4, 8)
     file = tmp_path / "model_swinvit.pt"
     torch.save({"state_dict": state}, file)
-    ours = zoo.create("swinunetr3d", preset="cpu")
-    transfer = load_pretrained(ours, file, zoo.get_variant("swinunetr3d").import_weights)
+    with pytest.raises(ValueError, match=r"loads 17 % of this model's parameter values \(694,998 of 4,078,155\), "
+                                         r"below the 50 % a load needs.*stacking 3,383,040.*--init-partial"):
+        load_pretrained(zoo.create("swinunetr3d", preset="cpu"), file, zoo.get_variant("swinunetr3d").import_weights)
+    ours = zoo.create("swinunetr3d", preset="cpu")  # an encoder under a new decoder: a partial load, asked for
+    transfer = load_pretrained(ours, file, zoo.get_variant("swinunetr3d").import_weights, partial=True)
     for name, tensor in monai.swinViT.state_dict().items():
         assert torch.equal(ours.network.swinViT.state_dict()[name], tensor), name
     assert transfer.names("unused") == ["rotation_head.weight"]
@@ -175,3 +178,27 @@ def test_files_that_are_not_checkpoints(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no weights"):
         read_source(tmp_path / "empty")
+
+
+def test_a_file_of_only_the_head_is_refused_unless_a_partial_load_is_asked_for(tmp_path, caplog):
+    """Two tensors that fit are not the model pretrained: the share counts values (a head's 330 of a tiny ViT's
+    17,000+), and the refusal names the share, the threshold, the biggest parts left fresh and the flag."""
+    torch.manual_seed(0)
+    trained = zoo.create("vit", preset="tiny", **VIT)
+    file = save({k: v for k, v in trained.state_dict().items() if k.startswith("head.")}, tmp_path / "head.pth")
+    total = sum(p.numel() for p in trained.parameters())
+    with pytest.raises(ValueError, match=rf"head.pth \(a checkpoint, 2 tensors\) loads 1.\d+ % of this model's "
+                                         rf"parameter values \(330 of {total:,}\), below the 50 % a load needs; the "
+                                         r"biggest parts left at their initialisation: (attention|ffn) .*"
+                                         r"--init-partial \(zoo train\) or partial=True"):
+        zoo.create("vit", preset="tiny", pretrained=file, **VIT)
+    with caplog.at_level("WARNING", logger="zoo.weights.transfer"):
+        model = zoo.create("vit", preset="tiny", pretrained=file, partial=True, **VIT)
+    assert torch.equal(model.head.weight, trained.head.weight)
+    assert "partial load" in caplog.text and "330 of" in caplog.text
+    transfer = load_pretrained(zoo.create("vit", preset="tiny", **VIT), file, partial=True)
+    assert transfer.share == pytest.approx(330 / total) and transfer.counts()["loaded"] == 2
+    assert transfer.to_dict()["share"] == pytest.approx(330 / total, abs=1e-6)
+    assert "% of the model's parameter values loaded or resized" in transfer.table()
+    with pytest.raises(TypeError, match="partial must be a bool, got str"):
+        zoo.create("vit", preset="tiny", pretrained=file, partial="yes", **VIT)

@@ -36,8 +36,9 @@ _FOLDER_FILES = ("model.safetensors", "checkpoints/best.pt", "checkpoints/last.p
 class Source:
     """Tensors read from a checkpoint, with what is known of who wrote them.
 
-    ``meta``: for a run or export of this package, its ``run.json`` / ``config.json`` (``variant``, ``task``...);
-    for a timm folder, timm's ``config.json``; else empty.
+    ``meta``: for a run or export of this package, its ``run.json`` / ``config.json`` (``variant``, ``task``...),
+    or for its ``model.safetensors`` alone the ``task`` and ``variant`` in the header; for a timm folder, timm's
+    ``config.json``; else empty.
     """
 
     path: Path
@@ -74,7 +75,19 @@ def read_source(source: str | Path) -> Source:
         file = found[0]
     state = _read_file(file)
     state = {name.removeprefix("module."): tensor for name, tensor in state.items()}
-    return Source(path, file, state, meta)
+    return Source(path, file, state, meta or _export_meta(file))
+
+
+def _export_meta(file: Path) -> dict[str, Any]:
+    """The task and variant ``zoo export`` writes into a ``model.safetensors`` header, so that the file alone
+    names who wrote it; empty for other files."""
+    if file.suffix != ".safetensors":
+        return {}
+    from safetensors import safe_open
+
+    with safe_open(file, "pt") as opened:
+        header = opened.metadata() or {}
+    return {key: header[key] for key in ("task", "variant") if key in header}
 
 
 def _folder_meta(path: Path) -> dict[str, Any]:
