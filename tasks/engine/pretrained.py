@@ -2,8 +2,9 @@
 
 The weights are mapped by :func:`zoo.weights.transfer.load_pretrained` (timm's and MONAI's names through the
 variant's ``import_weights``; this package's runs and exports as they are), and its per-tensor table is logged
-and kept for the run's ``report.md`` and ``run.json``. A resumed run takes its weights from its checkpoint, not
-from ``--init-from`` again.
+and kept for the run's ``report.md`` and ``run.json``. A load covering under half the model's parameters is
+refused unless ``--init-partial`` is given; another variant's run is named in a warning. A resumed run takes its
+weights from its checkpoint, not from ``--init-from`` again.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def initialise(model: nn.Module, config) -> Transfer | None:
     # a task's reference model (outside the zoo) maps no reference implementation's names: runs of this package
     registered = config.variant in list_variants(config.task)
     import_weights = get_variant(config.variant, config.task).import_weights if registered else None
-    transfer = load_pretrained(model, config.init_from, import_weights)
+    transfer = load_pretrained(model, config.init_from, import_weights, partial=config.init_partial,
+                               variant=config.variant)
     log.info("%s", transfer.summary())
     return transfer
 

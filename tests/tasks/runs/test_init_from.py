@@ -1,5 +1,6 @@
 """``--init-from`` and ``--freeze``: a run starting from another run's weights or a timm checkpoint, the per-tensor
-table in its report and run.json, frozen parts that do not move, and ``zoo.create(pretrained=RUN)``."""
+table in its report and run.json, frozen parts that do not move, ``zoo.create(pretrained=RUN)``, a load of a small
+share of the model refused unless ``--init-partial``, and another variant's run named."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 
 import zoo
 from tasks.cifar.task import CifarConfig, CifarTask
+from tasks.cli.main import main
 from tasks.engine.checkpoint import load_checkpoint
 from tasks.runs.run import load_run
 from tasks.runs.training import train
@@ -66,7 +68,8 @@ def test_a_timm_checkpoint_starts_a_run_and_the_record_survives_resume(source):
     torch.testing.assert_close(weights["tokens.proj.weight"], rgb.sum(1, keepdim=True), atol=1e-5, rtol=0)
     torch.testing.assert_close(weights["encoder.layers.0.self_attn.qkv.weight"], timm_model.blocks[0].attn.qkv.weight,
                                atol=1e-5, rtol=0)  # lr 1e-9: a step moves nothing visibly
-    train(CifarTask, config(source, "from_timm", init_from=str(file), epochs=2, lr=1e-9, warmup=0, resume=True))
+    # resumed (a requeue after its last checkpoint): run.json is written again, from the record of the first start
+    train(CifarTask, config(source, "from_timm", init_from=str(file), epochs=1, lr=1e-9, warmup=0, resume=True))
     assert json.loads((source / "from_timm" / "run.json").read_text())["init_from"] == info["init_from"]
 
 
@@ -88,3 +91,40 @@ def test_bad_freeze_and_init_from_are_refused(source):
         train(CifarTask, config(source, "all_frozen", freeze="backbone,head"))
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         train(CifarTask, config(source, "missing", init_from=str(source / "nowhere.pth")))
+    with pytest.raises(TypeError, match="init_partial must be a bool, got str"):
+        config(source, "x", init_partial="yes")
+
+
+def test_init_from_a_head_only_file_is_refused_and_init_partial_loads_it(source, capsys):
+    """The issue's case: a file holding only ``head.*`` (2 tensors fit, 30 would stay fresh) used to start a run
+    with one log line. Through the command line: refused naming the share, the 50 % and the flag; with
+    ``--init-partial`` it trains, and run.json records the share."""
+    state = load_checkpoint(source / "source" / "checkpoints" / "best.pt")["model"]
+    head = {k: v.contiguous() for k, v in state.items() if k.startswith("head.")}
+    save_file(head, source / "head.safetensors")
+    values = sum(v.numel() for v in head.values())
+    flags = ["train", "cifar", "--variant", "vit", "--preset", "tiny", "--data", str(source / "fmnist"), "--epochs",
+             "1", "--batch-size", "50", "--warmup", "2", "--attention-images", "0", "--progress", "false",
+             "--device", "cpu", "--init-from", str(source / "head.safetensors")]
+    assert main([*flags, "--out", str(source / "head_refused")]) == 2
+    error = capsys.readouterr().err
+    assert f"loads {100 * values / sum(v.numel() for v in state.values()):.3g} % of this model's parameter values " \
+           f"({values:,} of " in error and "below the 50 % a load needs" in error and "--init-partial" in error
+    assert not (source / "head_refused" / "checkpoints").exists()
+    assert main([*flags, "--out", str(source / "head_partial"), "--init-partial"]) == 0
+    record = json.loads((source / "head_partial" / "run.json").read_text())["init_from"]
+    assert record["counts"]["loaded"] == 2 and 0 < record["share"] < 0.05 and record["source_variant"] is None
+    assert "% of the model's parameter values loaded or resized" in (source / "head_partial" / "report.md").read_text()
+
+
+def test_another_variants_run_is_named(source, caplog):
+    """A ViT run into a linear-attention ViT (same names, same sizes) loads with a warning naming both variants; into
+    an MoE ViT, whose experts leave most values fresh, it is refused naming both."""
+    with caplog.at_level("WARNING", logger="zoo.weights.transfer"):
+        linear = zoo.create("linear", preset="tiny", pretrained=source / "source", in_channels=1)
+    assert "of variant 'vit' where this model is 'linear'" in caplog.text
+    vit = load_run(source / "source").model
+    assert torch.equal(linear.encoder.layers[0].self_attn.qkv.weight, vit.encoder.layers[0].self_attn.qkv.weight)
+    with pytest.raises(ValueError, match=r"of variant 'vit' where this model is 'moe', loads \d+(\.\d+)? % of this "
+                                         r"model's parameter values .* below the 50 %"):
+        zoo.create("moe", preset="tiny", pretrained=source / "source", in_channels=1)
