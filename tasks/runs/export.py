@@ -14,6 +14,8 @@ None of them pickles code: the weights are safetensors (or a plain state dict re
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,17 +71,24 @@ def export_run(path: str | Path, out: str | Path | None = None, format: str = "s
 
 
 def model_card(run: Run, out: Path, intervals: list[dict[str, Any]]) -> str:
-    """``README.md`` of an ``hf`` export: what the model is, how to use it, its data, results and what changed."""
+    """``README.md`` of an ``hf`` export: what the model is, how to use it, its data, results and what changed.
+
+    Its code names the export by its absolute path, so that it runs as printed from any directory (``create``
+    reads the task and config the export records); a moved folder is named by its new path instead.
+    """
     info, metrics = run.info, run.metrics or {}
     config, task, variant = info["config"], info["task"], run.variant
+    folder = str(out.resolve())
     data = info["preprocessing"].get("dataset") or config.get("data") or "the embedded default data"
     lines = ["---", f"library_name: {LIBRARY}", f"tags: [{LIBRARY}, {task}, {variant}]", "---", "",
              f"# {variant} for {task}, trained on {data}", "",
              f"Exported by transformer-zoo {info.get('package_version', '?')} from `{run.weights}`.", "",
              "## Use", "", "```python", "import zoo", "",
-             f'run = zoo.load_run("{out.name}")  # the model with its preprocessing',
-             f'model = zoo.create("{variant}", pretrained="{out.name}")  # the bare model; num_classes=K re-heads it',
-             "```", "", f"`zoo predict {out.name} INPUTS...` predicts with the same preprocessing it was trained with.",
+             f"run = zoo.load_run({_literal(folder)})  # the model with its preprocessing",
+             f"model = zoo.create({_literal(variant)}, pretrained={_literal(folder)})  # the bare model; "
+             "num_classes=K re-heads it",
+             "```", "", f"`zoo predict {shlex.quote(folder)} INPUTS...` predicts with the same preprocessing it was "
+             "trained with. The paths are this folder's when it was exported: give its new path if it moved.",
              "", "## Results", ""]
     if intervals:
         lines += ["| metric | split | value | 95 % interval (bootstrap over examples) | examples |",
@@ -100,6 +109,11 @@ def model_card(run: Run, out: Path, intervals: list[dict[str, Any]]) -> str:
         lines.append(f"Started from `{info['init_from']['source']}` ({info['init_from']['counts']}).")
     lines += ["", *_what_changed(variant, task)]
     return "\n".join(lines) + "\n"
+
+
+def _literal(text: str) -> str:
+    """``text`` as a double-quoted Python string literal (a JSON string is one, whatever the path holds)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _what_changed(variant: str, task: str) -> list[str]:
