@@ -1,7 +1,8 @@
 """``zoo check VARIANT``: the conformance suite — is the variant a fair patch on the classic model?
 
-For every preset (or the ones asked for) and every task of the variant, one row per check, each with the
-measured number and, when it fails, the reason:
+For every task of the variant, at the preset ``zoo train`` trains (the registration's ``default_preset``; the
+ones asked for, or every one with ``--preset all``), one row per check, each with the measured number and, when it
+fails, the reason (then the presets left unchecked, a guess at how long they would take, and the command):
 
 * ``build`` — the config validates and the model builds; ``forward`` — finite outputs on the task's example
   input (:attr:`zoo.registry.Variant.example_input` at the task's size, batch 2); ``backward`` — every
@@ -93,10 +94,16 @@ class Row:
 
 @dataclass
 class Report:
+    """The rows of one registration over the presets checked; ``unchecked``: its other presets, and
+    ``unchecked_seconds`` a guess at how long they would take (this run's time scaled by their parameters;
+    ``None`` where a preset cannot be counted)."""
+
     variant: str
     task: str
     rows: list[Row]
     seconds: float
+    unchecked: tuple[str, ...] = ()
+    unchecked_seconds: float | None = None
 
     @property
     def failed(self) -> list[Row]:
@@ -401,20 +408,42 @@ def check_preset(variant: Variant, task: str, preset: str, on_step: Callable[[st
     return rows
 
 
+ALL_PRESETS = "all"  # zoo check --preset all
+
+
+def _parameters(variant: Variant, preset: str) -> int | None:
+    """The parameters of ``preset``, counted on the meta device (``None`` where it does not build there)."""
+    try:
+        return sum(p.numel() for p in build(variant, variant.config(preset), meta=True).parameters())
+    except Exception:
+        return None
+
+
+def _unchecked_seconds(variant: Variant, checked: list[str], unchecked: list[str], seconds: float) -> float | None:
+    """How long checking ``unchecked`` would take, from the ``seconds`` ``checked`` took, scaled by parameters."""
+    counts = {p: _parameters(variant, p) for p in checked + unchecked}
+    if None in counts.values():
+        return None
+    return seconds * sum(counts[p] for p in unchecked) / max(1, sum(counts[p] for p in checked))
+
+
 def check_variant(name: str, task: str | None = None, presets: Sequence[str] | None = None,
                   progress: bool = False) -> list[Report]:
     """Run the conformance suite on variant ``name``: one :class:`Report` per task (``task``, default: every
-    task it runs on), over ``presets`` (default: every preset of the registration; of a name registered for
-    several tasks, each registration is checked at those of ``presets`` it has)."""
+    task it runs on), over ``presets``: default, the registration's ``default_preset`` (what ``zoo train``
+    trains; the largest presets take minutes each on a CPU); ``["all"]``, every preset. Of a name registered
+    for several tasks, each registration is checked at those of ``presets`` it has."""
     tasks = [task_shape(task).name] if task is not None else list(dict.fromkeys(tasks_of(name)))
     registered = {t: get_variant(name, t) for t in tasks}
     known = {p for v in registered.values() for p in v.presets}
+    every = ALL_PRESETS in (presets or ())
     for preset in presets or ():
-        if preset not in known:  # in none of the registrations checked (a name may have other presets per task)
-            raise unknown_name(f"preset of variant {name!r}", preset, known)
+        if preset not in known and preset != ALL_PRESETS:  # in none of the registrations checked
+            raise unknown_name(f"preset of variant {name!r}", preset, [*known, ALL_PRESETS])
     reports = []
     for task_name, variant in registered.items():
-        chosen = [p for p in presets if p in variant.presets] if presets else list(variant.presets)
+        chosen = (list(variant.presets) if every else [p for p in presets if p in variant.presets] if presets
+                  else [variant.default_preset])
         if not chosen:
             log.info("%s on %s has none of the presets %s (it has %s): not checked", name, task_name,
                      ", ".join(presets), ", ".join(variant.presets))
@@ -428,17 +457,27 @@ def check_variant(name: str, task: str | None = None, presets: Sequence[str] | N
             for preset in bar:
                 rows += check_preset(variant, task_name, preset, lambda step, p=preset: bar.set_postfix_str(
                     f"{p}: {step}"))
-        reports.append(Report(name, task_name, rows, time.perf_counter() - start))
+        seconds = time.perf_counter() - start
+        unchecked = [p for p in variant.presets if p not in chosen]
+        reports.append(Report(name, task_name, rows, seconds, tuple(unchecked),
+                              _unchecked_seconds(variant, chosen, unchecked, seconds) if unchecked else None))
     return reports
 
 
-def render(report: Report) -> str:
-    """The report as an aligned text table with a summary line."""
+def render(report: Report, options: str = "") -> str:
+    """The report as an aligned text table with a summary line, then the presets left unchecked, how long
+    they would take and the command that checks them (``options``: more of its arguments, e.g. ``--user-dir``)."""
     header = ("preset", "check", "result", "measured", "reason")
     cells = [header, *((r.preset, r.check, r.result, r.measured, r.reason) for r in report.rows)]
     widths = [max(len(c[i]) for c in cells) for i in range(4)]
     lines = [("  ".join(c[i].ljust(widths[i]) for i in range(4)) + "  " + c[4]).rstrip() for c in cells]
-    return "\n".join([f"zoo check {report.variant} ({report.task})", *lines, summary(report)])
+    lines = [f"zoo check {report.variant} ({report.task})", *lines, summary(report)]
+    if report.unchecked:
+        cost = ("" if report.unchecked_seconds is None else
+                f", about {report.unchecked_seconds / 60:.0f} min more here (this run's time scaled by parameters)")
+        lines.append(f"not checked: preset(s) {', '.join(report.unchecked)}{cost}; to check every preset: "
+                     f"zoo check {report.variant} --task {report.task} --preset {ALL_PRESETS}{options}")
+    return "\n".join(lines)
 
 
 def summary(report: Report) -> str:

@@ -18,7 +18,7 @@ import zoo
 from tasks.cli.main import main
 from tasks.plugins.check import check_variant, render
 from tasks.plugins.loader import load_user_dir
-from tests.plugin_helpers import UNDECLARED, isolated_registry, variant_source, write_plugin
+from tests.plugin_helpers import UNDECLARED, ffn_extra, isolated_registry, variant_source, write_plugin
 from zoo.analysis import probes
 
 REGISTRATIONS = [(name, task) for name in zoo.list_variants() for task in dict.fromkeys(zoo.tasks_of(name))]
@@ -246,3 +246,24 @@ def test_bad_arguments_get_one_line(argv, expected, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("zoo check: error: ") and expected in err[0]
+
+
+QUICK = dict(  # two small presets, the first the default: a whole `zoo check` in seconds
+    presets='{"tiny": dict(PRESETS["tiny"], ffn="quick"), "wee": dict(PRESETS["tiny"], ffn="quick", d_ff=32)}',
+    change='Change("ffn", "dense", "quick", "a flaw", revert={"ffn": "dense"})', extra=ffn_extra("QuickFFN", "quick"),
+    registration='default_preset="wee"')
+
+
+def test_by_default_the_preset_zoo_train_trains_is_checked_and_the_others_are_priced(tmp_path, capsys):
+    folder = write_plugin(tmp_path / "quick", {"quick_plugin.py": variant_source("quick", **QUICK)})
+    with isolated_registry():
+        assert main(["check", "quick", "--quiet", "--user-dir", str(folder)]) == 0
+        out = capsys.readouterr().out
+        assert "quick on translation: 13/13 checks passed over 1 preset(s)" in out
+        assert {line.split()[0] for line in out.splitlines()[2:-2]} == {"wee"}  # the table's rows
+        last = out.rstrip().splitlines()[-1]
+        assert last.startswith("not checked: preset(s) tiny, about ") and last.endswith(
+            f"; to check every preset: zoo check quick --task translation --preset all --user-dir {folder}")
+        (report,) = check_variant("quick", presets=["all"])
+    assert [r.preset for r in report.rows if r.check == "build"] == ["tiny", "wee"] and not report.unchecked
+    assert "not checked" not in render(report)
