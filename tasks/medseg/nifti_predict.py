@@ -51,6 +51,7 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
     from tasks.medseg.nifti_data import Preprocessing, preprocess_case
     from tasks.medseg.nifti_geometry import probabilities_to_original, to_original, write_label_nifti
     from tasks.medseg.nifti_scoring import OriginalGeometryScores
+    from tasks.medseg.predict import mirroring_suffix
 
     task, info = run.task, run.preprocessing["nifti"]
     prep = Preprocessing.from_dict(info["preprocessing"])
@@ -85,7 +86,7 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
         scores.add(loaded, pred)  # maps back, writes OUT/<label file name>, scores in the original geometry
         records.append(task.case_record(volume, pred))
         hashed += [volume.case, volume.image, volume.label]
-    wrote = f"wrote {len(cases)} label map{'s' * (len(cases) != 1)} to {out}/"
+    wrote = f"wrote {len(cases)} label map{'s' * (len(cases) != 1)} to {out}/{mirroring_suffix(task)}"
     if scores is None:
         return f"{wrote} ({', '.join(c for c, _, _ in cases[:3])}{', ...' if len(cases) > 3 else ''})"
     nnunet = scores.finish()

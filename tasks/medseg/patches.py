@@ -9,7 +9,8 @@ uninterrupted one would.
 
 Augmentation (MONAI dictionary transforms, geometry on image and label alike, the label by nearest neighbour):
 rotation about the D axis (in the H × W plane, as the 2D slices are rotated), zoom, intensity shift and scale, and
-a flip along W only when asked for (off by default: W runs from left to right, see :mod:`tasks.medseg.config`).
+flips along ``flip_axes`` only when asked for (``--flip-prob``, off by default; the axes: every one but the left-right
+one, :meth:`~tasks.medseg.task_evaluation.MedsegEvaluation.trained_flip_axes`, which ``--tta mirror`` flips too).
 
 Shape legend: ``C`` channels, ``D, H, W`` a case's slices, rows and columns; ``P = (pd, ph, pw)`` the patch.
 """
@@ -31,7 +32,9 @@ class Augmentation:
     rotate_degrees: float = 15.0  # about the D axis, ± degrees, probability 0.5
     zoom: float = 0.1  # in [1 − zoom, 1 + zoom], probability 0.5
     intensity: float = 0.1  # shift and scale by ± intensity, probability 0.5 each
-    flip_prob: float = 0.0  # probability of a flip along W (left–right)
+    flip_prob: float = 0.0  # probability of a flip along each of flip_axes, drawn per axis (nnU-Net: 0.5)
+    # axes of the (D, H, W) grid flipped; a 2D slice has only H and W. Mirroring at test time flips the same ones.
+    flip_axes: tuple[int, ...] = ()
 
 
 class PatchSampler:
@@ -101,7 +104,8 @@ def _plain(x) -> Tensor:
 
 def augmentation_transform(a: Augmentation, dims: int):
     """MONAI's dictionary transforms for ``a`` on a 2D slice or a 3D patch (``dims``): geometry on image and label
-    alike, the label by nearest neighbour; rotation about the first axis (in the H × W plane), flips along W."""
+    alike, the label by nearest neighbour; rotation about the first axis (in the H × W plane), a flip along each of
+    ``a.flip_axes`` (of the (D, H, W) grid: a slice's H and W are its axes 0 and 1) drawn on its own."""
     import monai.transforms as T
 
     keys, steps = ("image", "label"), []
@@ -111,8 +115,12 @@ def augmentation_transform(a: Augmentation, dims: int):
     if a.zoom:
         steps.append(T.RandZoomd(keys, prob=0.5, min_zoom=1 - a.zoom, max_zoom=1 + a.zoom, keep_size=True,
                                  mode=("trilinear" if dims == 3 else "bilinear", "nearest"), padding_mode="constant"))
+    bad = [axis for axis in a.flip_axes if axis not in (0, 1, 2) or (dims == 2 and axis == 0)]
+    if bad:
+        raise ValueError(f"flip axes are axes of the (D, H, W) grid, and a 2D slice has only H (1) and W (2); got "
+                         f"{bad} for {dims}D")
     if a.flip_prob:
-        steps.append(T.RandFlipd(keys, prob=a.flip_prob, spatial_axis=dims - 1))
+        steps += [T.RandFlipd(keys, prob=a.flip_prob, spatial_axis=axis - (3 - dims)) for axis in a.flip_axes]
     if a.intensity:
         steps.append(T.RandShiftIntensityd("image", offsets=a.intensity, prob=0.5))
         steps.append(T.RandScaleIntensityd("image", factors=a.intensity, prob=0.5))

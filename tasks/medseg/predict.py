@@ -19,7 +19,7 @@ conventions, written as ``OUT/predictions/predict.jsonl`` records (the evaluatio
 
 Ensembles and mirroring: ``members`` (the runs of a ``zoo cv`` folder, :mod:`tasks.runs.ensemble`) predict with the
 mean of their softmax probabilities; the run's ``tta`` setting (``--tta mirror``) averages each over the flips along
-its mirror axes (:meth:`MedsegTask.mirror_axes`).
+the axes its training flipped (:meth:`MedsegTask.mirror_axes`), and the summary says which.
 
 ``save_probabilities`` writes ``OUT/CASE.npz`` beside each label map (:func:`save_probabilities`): ``probabilities``
 float32 ``(K, ...)`` on the label map's own grid, whose arg-max is the label map voxel for voxel (as in nnU-Net's
@@ -118,7 +118,7 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
         if label is not None:
             records.append(task.case_record(volume, pred))
             hashed += [volume.case, volume.image, volume.label]
-    wrote = f"wrote {len(files)} label volume{'s' * (len(files) != 1)} to {out}/"
+    wrote = f"wrote {len(files)} label volume{'s' * (len(files) != 1)} to {out}/{mirroring_suffix(task)}"
     if not records:
         return f"{wrote} ({', '.join(f.name for f in files[:3])}{', ...' if len(files) > 3 else ''})"
     path = write_records(out, SPLIT, records, split_hash(hashed))
@@ -183,6 +183,11 @@ def _check_intensity(image, run: Run) -> None:
     if low < expected[0] - 0.05 or high > expected[1] + 0.05:
         log.warning("%s: intensities span [%.4g, %.4g] but the run was trained on %s; preprocess the volumes "
                     "the same way", image.path, low, high, run.preprocessing.get("intensity", expected))
+
+
+def mirroring_suffix(task) -> str:
+    """`` (mirroring: ...)`` after the summary's folder when ``--tta mirror`` is on: which flips, and why those."""
+    return f" (mirroring: {task.mirroring_note()})" if task.config.tta == "mirror" else ""
 
 
 def _number(value: float | None, digits: int) -> str:

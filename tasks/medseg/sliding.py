@@ -8,8 +8,9 @@ nnU-Net and MONAI's BTCV SwinUNETR predict a volume the same way, and so does th
    so borders count less, ``"constant"`` averages them). A volume smaller than the patch is padded and cropped
    back by MONAI.
 2. **Mirroring** (:func:`mirrored_probabilities`): the softmax averaged over every combination of flips along
-   ``mirror_axes`` (2^n passes, nnU-Net's test-time augmentation), each flipped back before averaging. Only
-   axes that do not swap left and right organs should be mirrored (:func:`default_mirror_axes`).
+   ``mirror_axes`` (2^n passes, nnU-Net's test-time augmentation), each flipped back before averaging. As in
+   nnU-Net, only the axes training flipped are mirrored, and those are the axes that do not swap left and right
+   organs (:func:`default_mirror_axes`).
 3. **Ensembles** (:func:`ensemble_probabilities`): the mean of several models' probabilities (the folds of a
    ``zoo cv`` folder), each computed as above: probabilities are averaged, never logits, as nnU-Net does.
 
@@ -111,9 +112,9 @@ def ensemble_probabilities(members: Sequence[Callable[[Tensor], Tensor]], image:
 
 
 def default_mirror_axes(spatial_dims: int, left_right_axis: int | None) -> tuple[int, ...]:
-    """The axes mirroring may flip: all three for a 3D model, H and W for a 2D one (a slice model sees every
-    slice alone, so flipping D changes nothing), without the axis that runs from left to right (a flip along it
-    would turn the left kidney into a right one without changing its label)."""
+    """The axes training flips (``--flip-prob``) and so mirroring may flip: all three for a 3D model, H and W for a
+    2D one (a slice model sees every slice alone, so flipping D changes nothing), without the axis that runs from
+    left to right (a flip along it would turn the left kidney into a right one without changing its label)."""
     axes = (0, 1, 2) if spatial_dims == 3 else (1, 2)
     return tuple(a for a in axes if a != left_right_axis)
 

@@ -4,6 +4,7 @@ by slice, zoomed back with order 0, scored per organ on the whole 3D volume (bot
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from tasks.medseg.nifti_scoring import OriginalGeometryScores
 from tasks.medseg.task_data import INTENSITY, model_slices
 from tasks.medseg.volume import Volume
 from tasks.runs.records import split_hash, write_records
+
+log = logging.getLogger(__name__)
 
 SPLIT_TITLES = {"test": "Test results", "valid": "Validation results"}
 
@@ -50,6 +53,17 @@ def nearest_on_slices(array: np.ndarray, size: Sequence[int]) -> np.ndarray:
     from scipy.ndimage import zoom
 
     return zoom(array, (1,) * (array.ndim - 2) + (h / s_h, w / s_w), order=0)
+
+
+def _axis_names(axes: Sequence[int]) -> str:
+    return f"axis {'DHW'[axes[0]]}" if len(axes) == 1 else f"axes {', '.join('DHW'[a] for a in axes)}"
+
+
+def _trained_note(trained: Sequence[int]) -> str:
+    """What training flipped, for the log and the report."""
+    if not trained:
+        return "the run trained without flips (--flip-prob 0; train with --flip-prob 0.5 to mirror)"
+    return f"training flipped {_axis_names(trained)}"
 
 
 class MedsegEvaluation:
@@ -175,15 +189,41 @@ class MedsegEvaluation:
             return 0
         return 2
 
-    def mirror_axes(self) -> tuple[int, ...]:
-        """The axes ``--tta mirror`` flips: ``--mirror-axes``, else every axis but the left-right one (and, for a
-        2D model, not D: it sees every slice alone)."""
+    def trained_flip_axes(self) -> tuple[int, ...]:
+        """The axes of the (D, H, W) grid that training flips (``--flip-prob``; none when it is 0): every axis but the
+        left-right one, whose flip would turn the left kidney into a right one without changing its label (and, for
+        a 2D model, not D: it sees every slice alone). Read from the run's config, so a restored run knows them."""
         from tasks.medseg.sliding import default_mirror_axes
 
-        axes = self.config.axes
-        if axes is None:
-            return default_mirror_axes(self.spatial_dims, self.left_right_axis())
-        return tuple(a for a in axes if self.spatial_dims == 3 or a != 0)
+        if not self.config.flip_prob:
+            return ()
+        return default_mirror_axes(self.spatial_dims, self.left_right_axis())
+
+    def mirror_axes(self) -> tuple[int, ...]:
+        """The axes ``--tta mirror`` flips: those training flipped (:meth:`trained_flip_axes`, as nnU-Net mirrors at
+        test time along its training's mirror axes), narrowed to ``--mirror-axes`` when given. An axis training did
+        not flip is never mirrored (the model never saw such an image: its flipped predictions are worse, not an
+        augmentation); asking for one, or mirroring a run trained without flips, logs a warning saying so."""
+        trained, asked = self.trained_flip_axes(), self.config.axes
+        if asked is not None:
+            asked = tuple(a for a in asked if self.spatial_dims == 3 or a != 0)
+            dropped = [a for a in asked if a not in trained]
+            if dropped:
+                self._warn_once(f"--mirror-axes {self.config.mirror_axes}: {_axis_names(dropped)} not mirrored, "
+                                f"training did not flip {'it' if len(dropped) == 1 else 'them'} "
+                                f"({_trained_note(trained)})")
+            trained = tuple(a for a in asked if a in trained)
+        if not trained:
+            self._warn_once(f"--tta mirror: nothing to mirror, {_trained_note(self.trained_flip_axes())}; "
+                            "predicting without flips")
+        return trained
+
+    def _warn_once(self, message: str) -> None:
+        """Log ``message`` once per task: mirroring asks for its axes once per case."""
+        warned = vars(self).setdefault("_mirror_warnings", set())
+        if message not in warned:
+            warned.add(message)
+            log.warning(message)
 
     def inference_lines(self, members: int = 1) -> list[str]:
         """How the cases were predicted, for the report: the sliding window, the ensemble, the mirroring."""
@@ -194,11 +234,16 @@ class MedsegEvaluation:
         if members > 1:
             lines.append(f"- ensemble of {members} models: their softmax probabilities averaged")
         if c.tta == "mirror":
-            axes = self.mirror_axes()
-            lines.append(f"- mirroring: probabilities averaged over {2 ** len(axes)} flips along axes "
-                         f"{', '.join('DHW'[a] for a in axes) or 'none'} (not the left-right axis "
-                         f"{'DHW'[self.left_right_axis()]} unless --mirror-axes says so)")
+            lines.append(f"- mirroring: {self.mirroring_note()}")
         return lines
+
+    def mirroring_note(self) -> str:
+        """What ``--tta mirror`` did, for the report and ``zoo predict``'s summary: the flips and why those."""
+        axes = self.mirror_axes()
+        what = (f"probabilities averaged over {2 ** len(axes)} flips along {_axis_names(axes)}" if axes else
+                "none (--tta mirror asked for it, but there was no axis to mirror)")
+        return (f"{what}; mirroring flips only axes training flipped ({_trained_note(self.trained_flip_axes())}; "
+                f"never the left-right axis {'DHW'[self.left_right_axis()]})")
 
     def case_record(self, volume: Volume, pred: np.ndarray) -> dict[str, Any]:
         """The per-example record of one case (a line of ``predictions/<split>.jsonl``): per organ, (Dice, HD95)

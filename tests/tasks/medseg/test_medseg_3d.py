@@ -2,7 +2,8 @@
 sliding-window evaluation and prediction on each input's own grid, a two-fold ``zoo cv`` predicted as an ensemble with
 mirroring and saved probabilities, and a 2D and a 3D run compared on the same cases with paired tests.
 
-Tiny folder: 4 training cases and 1 labelled test case of 20 slices of 40-48 pixels; patches of 16×32×32; one epoch.
+Tiny folder: 4 training cases and 1 labelled test case of 20 slices of 40-48 pixels; patches of 16×32×32, flipped
+along D and H (so that mirroring has axes to flip); one epoch.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tasks.runs.training import train
 TRAIN = ("case0005", "case0006", "case0007", "case0008")
 TINY3D = {"slices": 20, "size": (40, 48), "train_cases": TRAIN, "test_cases": ("case0001",)}
 SMALL = {"epochs": 1, "batch_size": 2, "patches_per_case": 2, "folds": 2, "progress": False, "overlay_slices": 2,
-         "device": "cpu", "variant": "dynunet", "preset": "tiny", "patch_size": "16,32,32"}
+         "device": "cpu", "variant": "dynunet", "preset": "tiny", "patch_size": "16,32,32", "flip_prob": 0.5}
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,8 @@ def test_a_cv_folder_predicts_and_evaluates_as_an_ensemble_with_mirroring(cv, fo
     out = tmp_path / "pred"
     assert main(["predict", str(cv), *map(str, inputs), "--out", str(out), "--tta", "mirror", "--save-probabilities",
                  "--labels", str(data / "labelsTs"), "--quiet"]) == 0
-    assert "mean Dice" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "mean Dice" in printed and "(mirroring: probabilities averaged over 4 flips along axes D, H; " in printed
     folds = [load_run(cv / f"fold_{k}") for k in (0, 1)]
     task = folds[0].task
     task.config = type(task.config)(**{**task.config.to_dict(), "tta": "mirror"})
@@ -126,10 +128,11 @@ def test_a_cv_folder_predicts_and_evaluates_as_an_ensemble_with_mirroring(cv, fo
     saved = np.load(out / inputs[0].name.replace(".nii.gz", ".npz"))["probabilities"]
     np.testing.assert_allclose(saved, on_input, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(saved.argmax(0), np.asarray(nib.load(out / inputs[0].name).dataobj))
-    assert task.mirror_axes() == (0, 1)  # the phantom's W runs from left to right: never flipped by default
+    assert task.mirror_axes() == (0, 1)  # the axes training flipped: the phantom's W runs from left to right
     assert main(["evaluate", str(cv), "--tta", "mirror", "--out", str(tmp_path / "eval")]) == 0
     report = (tmp_path / "eval" / "report.md").read_text()
-    assert "ensemble of 2 models" in report and "4 flips along axes D, H" in report
+    assert "ensemble of 2 models" in report and "4 flips along axes D, H; mirroring flips only axes training " \
+        "flipped (training flipped axes D, H; never the left-right axis W)" in report
     summary = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert summary["ensemble"] == [str(cv / "fold_0"), str(cv / "fold_1")]
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch import nn
 
+from tasks.engine.distributed import DistInfo
 from tasks.medseg.config import MedsegConfig
-from tasks.medseg.patches import Augmentation, PatchSampler, check_patch, default_patch
+from tasks.medseg.patches import Augmentation, PatchSampler, augmentation_transform, check_patch, default_patch
 from tasks.medseg.sliding import (
     default_mirror_axes,
     ensemble_probabilities,
@@ -21,6 +22,7 @@ from tasks.medseg.sliding import (
     parse_axes,
     window_logits,
 )
+from tasks.medseg.task import MedsegTask
 from tasks.runs.ensemble import fold_count, load_members
 
 
@@ -129,6 +131,47 @@ def test_an_ensemble_of_identical_members_equals_one_member():
     assert torch.equal(ensemble_probabilities([member, member], image), member(image))
     with pytest.raises(ValueError, match="at least one model"):
         ensemble_probabilities([], image)
+
+
+@pytest.mark.parametrize(("dims", "axes"), [(3, (0, 1)), (3, (2,)), (2, (1,)), (2, (1, 2))])
+def test_training_flips_exactly_its_flip_axes(dims, axes):
+    """flip_axes name axes of the (D, H, W) grid (a slice's H and W are its axes 0 and 1): with probability 1 each is
+    flipped, and no other."""
+    shape = (1, 3, 4, 5) if dims == 3 else (1, 4, 5)  # (C, D, H, W) or (C, H, W)
+    image = torch.arange(float(np.prod(shape))).reshape(shape)
+    augment = augmentation_transform(Augmentation(0, 0, 0, flip_prob=1.0, flip_axes=axes), dims=dims)
+    out = augment({"image": image, "label": image.clone()})
+    expected = image.flip([1 + a - (3 - dims) for a in axes])  # past the channel axis
+    assert torch.equal(torch.as_tensor(out["image"]), expected) and torch.equal(torch.as_tensor(out["label"]), expected)
+    with pytest.raises(ValueError, match="a 2D slice has only H"):
+        augmentation_transform(Augmentation(flip_prob=0.5, flip_axes=(0,)), dims=2)
+
+
+@pytest.mark.parametrize(("variant", "trained"), [("dynunet", (0, 1)), ("basicunet", (1,))])
+def test_tta_mirrors_the_axes_training_flipped_and_says_so(variant, trained, caplog):
+    """nnU-Net's rule: mirror at test time along the axes training mirrored, never others (W, the phantom's
+    left-right axis, in neither); without flips in training, --tta mirror has nothing to mirror and says so."""
+    def task(**settings):
+        config = MedsegConfig(variant=variant, tta="mirror", patch_size="16,32,32", **settings)
+        made = MedsegTask(config, torch.device("cpu"), DistInfo())
+        made.patch_size = (16, 32, 32)
+        return made
+
+    flipping = task(flip_prob=0.5)
+    assert flipping.trained_flip_axes() == flipping.mirror_axes() == trained
+    line = flipping.inference_lines()[-1]
+    assert f"{2 ** len(trained)} flips along" in line and f"training flipped ax{'is' if len(trained) == 1 else 'es'} " \
+        f"{', '.join('DHW'[a] for a in trained)}" in line
+    assert task(flip_prob=0.5, mirror_axes="1").mirror_axes() == (1,)
+    with caplog.at_level("WARNING"):
+        assert task(flip_prob=0.5, mirror_axes="1,2").mirror_axes() == (1,)  # W: never flipped in training
+    assert "axis W not mirrored, training did not flip it" in caplog.text
+    still = task(flip_prob=0.0)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert still.trained_flip_axes() == still.mirror_axes() == ()
+    assert "nothing to mirror, the run trained without flips (--flip-prob 0" in caplog.text
+    assert "mirroring: none (--tta mirror asked for it, but there was no axis to mirror)" in still.inference_lines()[-1]
 
 
 def test_mirror_axes_leave_left_and_right_alone():
