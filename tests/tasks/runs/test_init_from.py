@@ -15,6 +15,7 @@ import zoo
 from tasks.cifar.task import CifarConfig, CifarTask
 from tasks.cli.main import main
 from tasks.engine.checkpoint import load_checkpoint
+from tasks.runs.export import export_run
 from tasks.runs.run import load_run
 from tasks.runs.training import train
 from tests.tasks.cifar.test_cifar_use import write_fmnist
@@ -125,6 +126,12 @@ def test_another_variants_run_is_named(source, caplog):
     assert "of variant 'vit' where this model is 'linear'" in caplog.text
     vit = load_run(source / "source").model
     assert torch.equal(linear.encoder.layers[0].self_attn.qkv.weight, vit.encoder.layers[0].self_attn.qkv.weight)
+    # the exported model.safetensors alone: its header names the task (cifar's linear, not translation's) and variant
+    file = export_run(source / "source", source / "source_export") / "model.safetensors"
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zoo.weights.transfer"):
+        zoo.create("linear", preset="tiny", pretrained=file, in_channels=1)
+    assert "(a cifar run of vit, " in caplog.text and "of variant 'vit' where this model is 'linear'" in caplog.text
     with pytest.raises(ValueError, match=r"of variant 'vit' where this model is 'moe', loads \d+(\.\d+)? % of this "
                                          r"model's parameter values .* below the 50 %"):
         zoo.create("moe", preset="tiny", pretrained=source / "source", in_channels=1)
