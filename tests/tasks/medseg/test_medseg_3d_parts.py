@@ -23,6 +23,7 @@ from tasks.medseg.sliding import (
     window_logits,
 )
 from tasks.medseg.task import MedsegTask
+from tasks.medseg.volume import Volume
 from tasks.runs.ensemble import fold_count, load_members
 
 
@@ -159,6 +160,15 @@ def test_tta_mirrors_the_axes_training_flipped_and_says_so(variant, trained, cap
 
     flipping = task(flip_prob=0.5)
     assert flipping.trained_flip_axes() == flipping.mirror_axes() == trained
+    if variant == "basicunet":  # the training augmentation flips exactly these (a slice's axis 0 is H)
+        augment, offset = flipping._augmentation(), 1
+    else:
+        flipping.volumes = {"train": [Volume("c", np.zeros((16, 32, 32), np.float32), np.zeros((16, 32, 32), np.uint8),
+                                             None)]}
+        flipping._prepare_patches()
+        augment, offset = flipping.sampler.augment, 0
+    flips = [t for t in augment.transforms if type(t).__name__ == "RandFlipd"]
+    assert [f.flipper.spatial_axis for f in flips] == [a - offset for a in trained]
     line = flipping.inference_lines()[-1]
     assert f"{2 ** len(trained)} flips along" in line and f"training flipped ax{'is' if len(trained) == 1 else 'es'} " \
         f"{', '.join('DHW'[a] for a in trained)}" in line
