@@ -213,3 +213,15 @@ def test_auto_probes_records_and_caches_its_choice(native, tmp_path, monkeypatch
     again, repeat = train(tmp_path, "again", precision="auto")
     assert again.precision_used == trainer.precision_used and "cached probe" in repeat["precision_reason"]
     assert [r["train_loss"] for r in summary["history"]] == [r["train_loss"] for r in repeat["history"]]
+
+
+def test_the_probe_is_cached_by_what_changes_a_steps_time(native, tmp_path, monkeypatch):
+    """The cache key is tasks.engine.same_run.timing_settings: checkpoints, the doctor and the learning-rate schedule
+    do not change how long a step takes (before issue 35 --checkpoint-every and --track probed again); the
+    batch size does."""
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+    train(tmp_path, "first", precision="auto")
+    _, same = train(tmp_path, "same", precision="auto", checkpoint_every=3, doctor=True, lr=0.02, warmup=7)
+    assert "cached probe" in same["precision_reason"]
+    _, other = train(tmp_path, "other", precision="auto", batch_size=4)
+    assert "cached probe" not in other["precision_reason"]
