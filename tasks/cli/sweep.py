@@ -100,9 +100,10 @@ def print_comparison(comparison: dict, out) -> None:
 def add_sweep_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run (or resume) the sweep a TOML/JSON file describes: a compare, ablate or cv",
                        description="Run the sweep FILE describes (kind = compare | ablate | cv, task, variants or "
-                                   "variant, seeds, budget, out, [set], [model_set], launcher, jobs, resources, "
-                                   "retry, [slurm]); an earlier sweep's OUT/sweep.json works too. Run again, it "
-                                   "reuses finished runs, resumes interrupted ones and retrains failed ones.")
+                                   "variant, seeds, budget, epochs, out, [set], [model_set], launcher, jobs, "
+                                   "resources, retry, [slurm]); an earlier sweep's OUT/sweep.json works too and "
+                                   "names exactly its runs. Run again, it reuses finished runs, resumes interrupted "
+                                   "ones and retrains failed ones.")
     p.add_argument("file", help="the sweep file (.toml or .json), or an earlier sweep's OUT/sweep.json")
     add_launch_arguments(p)
     p.set_defaults(func=_cmd_sweep)

@@ -15,6 +15,7 @@ Sweep files: a TOML or JSON object that ``zoo sweep FILE`` runs, or resumes when
     variants = ["classic", "pre-ln"] # compare; ablate takes variant = "rope"
     seeds = 2
     budget = "epochs=2"              # or epochs = 2; time=SECONDS; flops=X
+    epochs = 3                       # with time= or flops=: the cap (and a time budget's schedule horizon)
     out = "runs/sweep-translation"
     launcher = "local"               # serial, local, ray, submitit
     jobs = 2
