@@ -178,8 +178,8 @@ def load_pretrained(model: nn.Module, source: str | Path | Source, import_weight
 def _check_coverage(model: nn.Module, transfer: Transfer, parts: dict[str, str], who: str, partial: bool) -> None:
     """Set ``transfer.share``; refuse (unless ``partial``) a load placing under :data:`MIN_SHARE` of the model's
     parameter values, naming the share, the threshold, the biggest parts left fresh and the flag; warn when the
-    checkpoint is another variant's or the load is partial. Values, not tensors: a head's 2 tensors are 2 of 32
-    tensors of a tiny ViT but 0.3 % of its values."""
+    checkpoint is another variant's or the load is partial. Values, not tensors: the head of cifar's ViT is 2 of its
+    56 tensors but 0.238 % of its values (1,290 of 542,090)."""
     params = dict(model.named_parameters())  # tied weights once
     total = sum(p.numel() for p in params.values())
     placed = sum(row.numel for row in transfer.rows if row.status in PLACED and row.name in params)
