@@ -2,7 +2,7 @@
 
 For every task of the variant, at the preset ``zoo train`` trains (the registration's ``default_preset``; the
 ones asked for, or every one with ``--preset all``), one row per check, each with the measured number and, when it
-fails, the reason (then the presets left unchecked, a guess at how long they would take, and the command):
+fails, the reason (and the presets left unchecked, their sizes, and the command that checks them):
 
 * ``build`` — the config validates and the model builds; ``forward`` — finite outputs on the task's example
   input (:attr:`zoo.registry.Variant.example_input` at the task's size, batch 2); ``backward`` — every
@@ -94,16 +94,14 @@ class Row:
 
 @dataclass
 class Report:
-    """The rows of one registration over the presets checked; ``unchecked``: its other presets, and
-    ``unchecked_seconds`` a guess at how long they would take (this run's time scaled by their parameters;
-    ``None`` where a preset cannot be counted)."""
+    """The rows of one registration over the presets checked, and ``unchecked``: its other presets with
+    their parameters (``None`` where a preset does not build on the meta device), the scale of their cost."""
 
     variant: str
     task: str
     rows: list[Row]
     seconds: float
-    unchecked: tuple[str, ...] = ()
-    unchecked_seconds: float | None = None
+    unchecked: dict[str, int | None] = dataclasses.field(default_factory=dict)
 
     @property
     def failed(self) -> list[Row]:
@@ -419,14 +417,6 @@ def _parameters(variant: Variant, preset: str) -> int | None:
         return None
 
 
-def _unchecked_seconds(variant: Variant, checked: list[str], unchecked: list[str], seconds: float) -> float | None:
-    """How long checking ``unchecked`` would take, from the ``seconds`` ``checked`` took, scaled by parameters."""
-    counts = {p: _parameters(variant, p) for p in checked + unchecked}
-    if None in counts.values():
-        return None
-    return seconds * sum(counts[p] for p in unchecked) / max(1, sum(counts[p] for p in checked))
-
-
 def check_variant(name: str, task: str | None = None, presets: Sequence[str] | None = None,
                   progress: bool = False) -> list[Report]:
     """Run the conformance suite on variant ``name``: one :class:`Report` per task (``task``, default: every
@@ -457,27 +447,24 @@ def check_variant(name: str, task: str | None = None, presets: Sequence[str] | N
             for preset in bar:
                 rows += check_preset(variant, task_name, preset, lambda step, p=preset: bar.set_postfix_str(
                     f"{p}: {step}"))
-        seconds = time.perf_counter() - start
-        unchecked = [p for p in variant.presets if p not in chosen]
-        reports.append(Report(name, task_name, rows, seconds, tuple(unchecked),
-                              _unchecked_seconds(variant, chosen, unchecked, seconds) if unchecked else None))
+        unchecked = {p: _parameters(variant, p) for p in variant.presets if p not in chosen}
+        reports.append(Report(name, task_name, rows, time.perf_counter() - start, unchecked))
     return reports
 
 
 def render(report: Report, options: str = "") -> str:
-    """The report as an aligned text table with a summary line, then the presets left unchecked, how long
-    they would take and the command that checks them (``options``: more of its arguments, e.g. ``--user-dir``)."""
+    """The report as an aligned text table, the presets left unchecked with their sizes and the command that
+    checks them (``options``: more of its arguments, e.g. ``--user-dir``), and a summary line."""
     header = ("preset", "check", "result", "measured", "reason")
     cells = [header, *((r.preset, r.check, r.result, r.measured, r.reason) for r in report.rows)]
     widths = [max(len(c[i]) for c in cells) for i in range(4)]
     lines = [("  ".join(c[i].ljust(widths[i]) for i in range(4)) + "  " + c[4]).rstrip() for c in cells]
-    lines = [f"zoo check {report.variant} ({report.task})", *lines, summary(report)]
-    if report.unchecked:
-        cost = ("" if report.unchecked_seconds is None else
-                f", about {report.unchecked_seconds / 60:.0f} min more here (this run's time scaled by parameters)")
-        lines.append(f"not checked: preset(s) {', '.join(report.unchecked)}{cost}; to check every preset: "
+    lines = [f"zoo check {report.variant} ({report.task})", *lines]
+    if report.unchecked:  # their sizes say what they cost: a check's time grows with the model
+        sizes = ", ".join(p if n is None else f"{p} ({n:,} parameters)" for p, n in report.unchecked.items())
+        lines.append(f"not checked: {sizes}; the larger take minutes each on a CPU. Every preset: "
                      f"zoo check {report.variant} --task {report.task} --preset {ALL_PRESETS}{options}")
-    return "\n".join(lines)
+    return "\n".join([*lines, summary(report)])  # the verdict last
 
 
 def summary(report: Report) -> str:

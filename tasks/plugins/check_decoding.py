@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from core.decoding import beam_search, greedy_decode
-from zoo.analysis.probes import Drift
+from zoo.analysis.probes import PROTOCOL, Drift, is_autoregressive
 
 
 class _Lockstep:
@@ -61,7 +61,7 @@ class _Lockstep:
         return torch.where(match.diagonal(), torch.arange(len(tgt), device=tgt.device), match.int().argmax(1))
 
     def decode(self, tgt: Tensor, memory: Any, src_mask: Any, cache: None = None) -> Tensor:
-        full = self.model.decode(tgt, memory, src_mask)[:, -1:].float()  # (B, 1, V) the prefix recomputed
+        full = self.model.decode(tgt, memory, src_mask, None)[:, -1:].float()  # (B, 1, V) the prefix recomputed
         if self.prefix is not None:
             rows = self._extended(tgt, memory)
             if not torch.equal(rows, torch.arange(len(tgt), device=tgt.device)):
@@ -84,9 +84,9 @@ def lockstep_drift(model: nn.Module, src: Tensor, beam_size: int | None = None, 
 
     ``model`` follows the decoding protocol of :mod:`core.decoding`; ``src`` ``(B, S)`` source ids.
     """
-    if not all(hasattr(model, name) for name in ("encode", "decode", "new_cache", "config")):
-        raise TypeError(f"lockstep_drift needs a model with encode, decode, new_cache and config (the decoding "
-                        f"protocol of core.decoding), got {type(model).__name__}")
+    if not is_autoregressive(model):
+        raise TypeError(f"lockstep_drift needs a model with {', '.join(PROTOCOL)} (the decoding protocol of "
+                        f"core.decoding), got {type(model).__name__}")
     lockstep = _Lockstep(model)
     if beam_size is None:
         greedy_decode(lockstep, src, max_len=max_len, use_cache=False)

@@ -97,5 +97,5 @@ def test_the_lockstep_follows_cached_decoding_and_refuses_other_models():
                        greedy_decode(model, src, max_len=14))
     assert torch.equal(beam_search(_Lockstep(model), src, beam_size=3, max_len=14, use_cache=False),
                        beam_search(model, src, beam_size=3, max_len=14))
-    with pytest.raises(TypeError, match="needs a model with encode, decode, new_cache and config"):
+    with pytest.raises(TypeError, match="needs a model with encode, decode, new_cache, config"):
         lockstep_drift(nn.Linear(2, 2), src)
