@@ -20,8 +20,8 @@ What is compiled, and why that callable:
 
 The plain module is never replaced: the trainer keeps it for checkpoints, exports, the optimizer, gradient
 clipping, side channels and the doctor, and :class:`CompiledModel` shares its parameters. Checkpoints
-therefore hold the plain module's state dict (no ``_orig_mod.`` prefixes), and a run trained with
-``--compile`` resumes without it and the other way round (``compile`` is a resumable change).
+therefore hold the plain module's state dict (no ``_orig_mod.`` prefixes) and load into the plain model; a run
+resumes with the ``--compile`` it began with (:mod:`tasks.engine.same_run`: compiled code rounds differently).
 
 A compilation failure (``torch._dynamo`` cannot trace a construct, the backend cannot compile a graph, no C++
 compiler) does not end the run: the model runs eagerly from then on, after one warning that names the model

@@ -29,7 +29,6 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from core.atomic import write_text_atomic
 from core.sidechannels import auxiliary_loss
@@ -39,6 +38,8 @@ from tasks.engine.distributed import all_reduce_sum, gather_records, init_distri
 from tasks.engine.mfu import run_utilisation
 from tasks.engine.precision import Precision, probe_training, resolve, training_step
 from tasks.engine.pretrained import freeze, initialise
+from tasks.engine.progress import progress_bar
+from tasks.engine.same_run import timing_settings
 from tasks.engine.sessions import Session, totals
 from tasks.engine.task import Task
 
@@ -152,7 +153,7 @@ class Trainer:
                            self.dist.enabled)
         c, task = self.config, self.task
         key = {"task": task.name, "model": getattr(task, "model_config", None),
-               "config": {k: v for k, v in c.to_dict().items() if k not in _UNTIMED_FIELDS}}
+               "config": timing_settings(c.to_dict())}  # what changes the step's time (tasks.engine.same_run)
         step = training_step(task, task.train_batches(0)[0], self.device)  # the first batch the run trains on
         return resolve("auto", self.device, lambda: probe_training(step, self.model, task.make_optimizer,
                                                                    self.device, key), self.dist.enabled)
@@ -314,8 +315,8 @@ class Trainer:
         if self.stopped_by_budget:  # resumed from the step that spent the budget: only the epoch's row is left
             skip = len(groups)
         done_groups = skip
-        bar = tqdm(groups[skip:], desc=f"epoch {epoch + 1}/{c.epochs}", disable=not (c.progress and self.main),
-                   leave=False, dynamic_ncols=True)
+        bar = progress_bar(groups[skip:], desc=f"epoch {epoch + 1}/{c.epochs}", unit="step",
+                           disable=not (c.progress and self.main), leave=False, dynamic_ncols=True)
         loss_sum, items_sum = sums
         tic = time.perf_counter()
         for group in bar:
@@ -468,9 +469,6 @@ class Trainer:
             sections = [section, *(callback.section(self) for callback in self.callbacks)]
             self._call("on_finish", summary, [s for s in sections if s])
         return summary
-
-
-_UNTIMED_FIELDS = frozenset({"out", "resume", "progress", "epochs", "doctor", "precision", "lr", "warmup"})
 
 
 def _budget_key(budget: dict[str, Any] | None) -> tuple | None:
