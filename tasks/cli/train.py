@@ -36,7 +36,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         summary = trainer.fit()
     except KeyboardInterrupt:
-        print(f"\ninterrupted; resume with: zoo train {args.task} --out {config.out_dir} --resume", file=sys.stderr)
+        # the run's own config.json: a command rebuilt from defaults would be refused as another run (same_run)
+        print(f"\ninterrupted; resume with: zoo train {args.task} --config {config.out_dir}/config.json --resume",
+              file=sys.stderr)
         return 130
     except PreemptedError as stop:  # a scheduler's SIGTERM / SIGUSR1: the exit status asks for a requeue
         print(f"zoo train: {stop}; requeue with: zoo train {args.task} --config {config.out_dir}/config.json "

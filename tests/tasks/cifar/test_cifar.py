@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import pickle
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -333,6 +335,31 @@ def test_resume_after_ctrl_c_mid_epoch_is_exact(tmp_path, stand_in, monkeypatch)
     for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values()):
         assert torch.equal(a, b)  # bit for bit on CPU
     assert [r["top1"] for r in full.history] == [r["top1"] for r in resumed.history]
+
+
+def test_the_ctrl_c_hint_resumes_the_run_it_names(tmp_path, stand_in, monkeypatch, capsys):
+    """The command printed after Ctrl-C continues the run: it names the run's config.json, so a run trained with
+    non-default settings (here --epochs 2) is not rebuilt from defaults and refused as another run."""
+    write_fake_cifar(tmp_path / "data", per_batch=20)
+    out = tmp_path / "run"
+    original, calls = CifarTask.loss, {"n": 0}
+
+    def interrupted(self, model, rows):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return original(self, model, rows)
+
+    monkeypatch.setattr(CifarTask, "loss", interrupted)
+    args = ["train", "cifar", "--variant", "tiny-vit", "--data", str(tmp_path / "data"), "--out", str(out),
+            "--epochs", "2", "--batch-size", "16", "--checkpoint-every", "1", "--progress", "false"]
+    assert main(args) == 130
+    hint = capsys.readouterr().err.split("resume with: ")[1].strip()
+    monkeypatch.setattr(CifarTask, "loss", original)
+    command = shlex.split(hint)
+    assert command[0] == "zoo"
+    assert main(command[1:] + ["--progress", "false"]) == 0, capsys.readouterr().err
+    assert json.loads((out / "metrics.json").read_text())["history"][-1]["epoch"] == 2  # the whole planned run
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
