@@ -145,9 +145,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _inference_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tta", default=None, choices=("none", "mirror"), help="medseg: test-time augmentation; mirror "
-                   "averages the probabilities over every flip along --mirror-axes (default: the run's setting)")
-    p.add_argument("--mirror-axes", default=None, metavar="AXES", help="medseg: spatial axes to flip, e.g. 0,1 "
-                   "(0 D, 1 H, 2 W; default: every axis but the left-right one)")
+                   "averages the probabilities over every flip along the axes training flipped (default: the run's "
+                   "setting)")
+    p.add_argument("--mirror-axes", default=None, metavar="AXES", help="medseg: mirror only these of the axes "
+                   "training flipped, e.g. 0,1 (0 D, 1 H, 2 W; default: all of them)")
     p.add_argument("--overlap", type=float, default=None, help="medseg 3D: sliding-window overlap in [0, 1)")
     p.add_argument("--sw-mode", default=None, choices=("gaussian", "constant"), help="medseg 3D: window weighting")
     p.add_argument("--sw-batch-size", type=int, default=None, help="medseg 3D: windows per forward pass (memory)")

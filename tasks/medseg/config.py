@@ -42,9 +42,9 @@ class MedsegConfig(TrainConfig):
     rotate_degrees: float = 15.0  # random rotation in ±degrees (probability 0.5), up to 180; 0 disables
     zoom: float = 0.1  # random zoom in [1 − zoom, 1 + zoom] (probability 0.5), below 1; 0 disables
     intensity: float = 0.1  # random intensity shift and scale by ±intensity (probability 0.5 each), below 1; 0 disables
-    # Off by default: a left–right flip turns the left kidney into a right one without changing its label, and
-    # the phantom (like real anatomy) makes left/right organs tell apart by position only.
-    flip_prob: float = 0.0  # probability of a random left-right flip of a training slice
+    # Never along the left-right axis: its flip turns the left kidney into a right one without changing its label,
+    # and the phantom (like real anatomy) tells left/right organs apart by position only. --tta mirror flips these axes.
+    flip_prob: float = 0.0  # probability of a random flip of a training slice/patch along each axis but left-right
     valid_cases: int = 2  # cases held out for validation without folds, when the layout has no validation split
     hd95: str = "papers"  # the convention of the headline HD95: papers (no spacing, their empty rules) or mm
     eval_batch_size: int = 32  # slices per forward pass at evaluation
@@ -71,7 +71,7 @@ class MedsegConfig(TrainConfig):
     sw_mode: str = "gaussian"  # 3D sliding window: gaussian (a window's borders count less) or constant weighting
     sw_batch_size: int = 2  # 3D sliding window: windows per forward pass (inference memory grows with it)
     tta: str = "none"  # test-time augmentation of the final evaluation and zoo predict: none or mirror (2^n flips)
-    mirror_axes: str | None = None  # --tta mirror: spatial axes flipped (0 D, 1 H, 2 W); None: all but left-right
+    mirror_axes: str | None = None  # --tta mirror: only these of the axes training flipped (0 D, 1 H, 2 W); None: all
 
     def __post_init__(self) -> None:
         super().__post_init__()

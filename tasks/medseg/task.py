@@ -26,8 +26,9 @@ cases' own grid instead (:mod:`tasks.medseg.patches`: ``--patch-size``, a ``--fo
 organ, 3D augmentation, the same loss and schedule) and predict each whole case through MONAI's sliding window
 (:mod:`tasks.medseg.sliding`: ``--overlap``, ``--sw-mode``, ``--sw-batch-size``), in validation, the final evaluation,
 ``zoo evaluate`` and ``zoo predict`` alike; the patch and the voxel spacing are planned once from every training case
-and recorded in run.json. ``--tta mirror`` averages the probabilities over flips along the axes that do not swap
-left and right; ``zoo predict`` / ``zoo evaluate`` on a ``zoo cv`` folder average its folds' probabilities.
+and recorded in run.json. ``--tta mirror`` averages the probabilities over flips along the axes training flipped
+(``--flip-prob``: every axis but the left-right one); ``zoo predict`` / ``zoo evaluate`` on a ``zoo cv`` folder
+average its folds' probabilities.
 
 Evaluation (the papers' protocol): each case is predicted slice by slice at ``image_size``, the arg-max is zoomed
 back to the slice size with order 0, and Dice and HD95 are computed per organ on the whole 3D volume, averaged

@@ -103,8 +103,8 @@ class MedsegTraining:
         from tasks.medseg.patches import Augmentation, PatchSampler
 
         c, train = self.config, self.volumes["train"]
-        augmentation = Augmentation(c.rotate_degrees, c.zoom, c.intensity, c.flip_prob) if self._augmenting() \
-            else None
+        augmentation = Augmentation(c.rotate_degrees, c.zoom, c.intensity, c.flip_prob, self.trained_flip_axes()) \
+            if self._augmenting() else None
         self.sampler = PatchSampler([v.image if v.image.ndim == 4 else v.image[None] for v in train],
                                     [v.label for v in train], self.patch_size, c.foreground, augmentation)
 
@@ -117,7 +117,8 @@ class MedsegTraining:
         from tasks.medseg.patches import Augmentation, augmentation_transform
 
         c = self.config
-        return augmentation_transform(Augmentation(c.rotate_degrees, c.zoom, c.intensity, c.flip_prob), dims=2)
+        return augmentation_transform(Augmentation(c.rotate_degrees, c.zoom, c.intensity, c.flip_prob,
+                                                   self.trained_flip_axes()), dims=2)
 
     def train_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
         """Shuffled batches of rows ``(index, epoch)`` of a slice (2D) or of a case's patch (3D: ``patches_per_case``
