@@ -42,6 +42,8 @@ UNCHANGING: dict[str, str] = {
     "sw_batch_size": f"how many sliding windows one 3D inference forward holds (as eval_batch_size). {_ROUNDING}",
     "attention_images": "how many test images the report draws with their attention maps: a figure, not a score",
     "overlay_slices": "how many test slices the report's overlays.png shows: a figure, not a score",
+    "init_partial": "only allows an --init-from load that covers under half the model, which would otherwise be "
+                    "refused: a run that loads computes the same with it or without it",
     "download": "whether missing CIFAR files are fetched into --data first: they are MD5-checked, so the data is the "
                 "same (data and dataset name it)",
 }
