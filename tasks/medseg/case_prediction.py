@@ -57,3 +57,8 @@ def save_probabilities(path: Path, probabilities: np.ndarray, class_names: Seque
     with atomic_open(path, binary=True) as handle:
         np.savez_compressed(handle, **arrays)
     return path
+
+
+def mirroring_suffix(task) -> str:
+    """`` (mirroring: ...)`` after the summary's folder when ``--tta mirror`` is on: which flips, and why those."""
+    return f" (mirroring: {task.mirroring_note()})" if task.config.tta == "mirror" else ""

@@ -47,11 +47,10 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
     ``members`` and ``save_probabilities``: an ensemble and ``CASE.npz`` files as :func:`tasks.medseg.predict.predict`
     describes them (probabilities mapped onto the input's grid as the label map is, so that they agree voxel for
     voxel; spacing: the input's voxel sizes along its array axes)."""
-    from tasks.medseg.case_prediction import predict_case
+    from tasks.medseg.case_prediction import mirroring_suffix, predict_case
     from tasks.medseg.nifti_data import Preprocessing, preprocess_case
     from tasks.medseg.nifti_geometry import probabilities_to_original, to_original, write_label_nifti
     from tasks.medseg.nifti_scoring import OriginalGeometryScores
-    from tasks.medseg.predict import mirroring_suffix
 
     task, info = run.task, run.preprocessing["nifti"]
     prep = Preprocessing.from_dict(info["preprocessing"])

@@ -38,7 +38,7 @@ import numpy as np
 
 from core.errors import check_positive
 from tasks.engine.progress import progress_bar
-from tasks.medseg.case_prediction import predict_case
+from tasks.medseg.case_prediction import mirroring_suffix, predict_case
 from tasks.medseg.volume import Volume
 from tasks.medseg.volumes_io import (
     NIFTI_FORMATS,
@@ -183,11 +183,6 @@ def _check_intensity(image, run: Run) -> None:
     if low < expected[0] - 0.05 or high > expected[1] + 0.05:
         log.warning("%s: intensities span [%.4g, %.4g] but the run was trained on %s; preprocess the volumes "
                     "the same way", image.path, low, high, run.preprocessing.get("intensity", expected))
-
-
-def mirroring_suffix(task) -> str:
-    """`` (mirroring: ...)`` after the summary's folder when ``--tta mirror`` is on: which flips, and why those."""
-    return f" (mirroring: {task.mirroring_note()})" if task.config.tta == "mirror" else ""
 
 
 def _number(value: float | None, digits: int) -> str:
