@@ -29,8 +29,8 @@ def add_check_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", default=None, help="check this task's registration only (default: every task)")
     p.add_argument("--preset", action="append", default=None,
                    help="check this preset only (repeatable, or comma-separated; 'all': every preset; default: "
-                        "the variant's default preset, the one zoo train trains; the table ends with how long the "
-                        "others would take)")
+                        "the variant's default preset, the one zoo train trains; the table names the others, with "
+                        "their sizes)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or json")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_check)
