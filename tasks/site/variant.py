@@ -128,8 +128,10 @@ def _check(name: str, task: str, preset: str) -> tuple[str, str]:
     rows = [[escape(r.check), f"<span class='{'fail' if r.ok is False else 'pass' if r.ok else 'muted'}'>"
              f"{r.result}</span>", escape(r.measured), escape(r.reason)] for r in report.rows]
     applied = report.applied
+    not_applicable = len(report.rows) - len(applied)  # counted apart, never as passed (as zoo check's summary)
     verdict = "PASS" if not report.failed else "FAIL"
     head = (f"<h2 id='check'>Conformance (<code>zoo check {escape(name)} --preset {escape(preset)}</code>)</h2>\n"
-            f"<p>{len(applied) - len(report.failed)} of {len(applied)} checks passed: "
+            f"<p>{len(applied) - len(report.failed)} of {len(applied)} checks passed"
+            f"{f', {not_applicable} n/a' if not_applicable else ''}: "
             f"<span class='{verdict.lower()}'>{verdict}</span></p>")
     return head + table(["check", "result", "measured", "reason"], rows), verdict

@@ -106,3 +106,15 @@ def test_a_plugin_variant_is_on_the_index_and_gets_its_page(site, tmp_path):
     assert "<a href='variants/swiglu/index.html'>swiglu</a>" in index
     page = (tmp_path / "s" / "variants" / "swiglu" / "index.html").read_text()
     assert "swiglu.ffn.SwigluFFN" in page and "PositionwiseFFN" in page  # the plugin's FFN beside the classic one
+
+
+def test_the_conformance_heading_counts_n_a_rows_apart(monkeypatch):
+    """A check that does not apply (n/a) is neither passed nor failed: the page says how many there were."""
+    import tasks.plugins.check as check
+    from tasks.site.variant import _check
+
+    rows = [check.Row("tiny", "build", True), check.Row("tiny", "changes", None, reason="no change can be reverted"),
+            check.Row("tiny", "revert", None)]
+    monkeypatch.setattr(check, "check_variant", lambda *args, **kw: [check.Report("x", "cifar", rows, 1.0)])
+    head, verdict = _check("x", "cifar", "tiny")
+    assert verdict == "PASS" and "1 of 1 checks passed, 2 n/a:" in head
