@@ -17,13 +17,14 @@ Shape legend: B batch, C channels, H×W image, P patch, N tokens, D width, K cla
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from core.embedding import TokenEmbedding
-from core.errors import check_int_tuple, check_positive, unknown_name
+from core.errors import check_positive, unknown_name
 from core.ffn import PositionwiseFFN
 from core.layers import Decoder, DecoderLayer, layer_norm
 from core.multihead import MultiHeadAttention
@@ -177,14 +178,46 @@ def build_readout(kind: str, d_model: int, heads: int, d_ff: int, **decoder: Any
     raise unknown_name("readout", kind, READOUTS)
 
 
-def volume_patch(patch_size: Any, image_size: int | None) -> tuple[int, int, int]:
-    """A 3D model's input patch ``(D, H, W)``, its in-plane sides replaced by ``image_size`` when given (the delta
-    analysis and ``zoo check`` measure every medseg model at the task's side and grow it); ValueError otherwise."""
-    sides = check_int_tuple("patch_size", patch_size)
+def patch_sides(value: object, name: str = "patch_size") -> tuple[int, int, int]:
+    """A 3D patch ``(D, H, W)`` in voxels, as a tuple of ints, from any form a patch arrives in: the flag's text
+    ``"32,64,64"`` (``--patch-size``, and the ``config.json`` of runs written before the config held a tuple), a
+    JSON list ``[32, 64, 64]`` (``config.json``, ``run.json``) or a tuple.
+
+    The one parser of a patch: the medseg config, a restored run, the patch sampler and the 3D model configs all
+    call it, so that everything after it holds the same tuple and refuses a bad patch with the same message.
+
+    Raises:
+        ValueError: not three positive integers; TypeError: neither text nor a sequence. Both messages name the
+            value and the form to use.
+    """
+    wanted = f"{name} must be three positive integers D,H,W in voxels, e.g. --patch-size 32,64,64 or (32, 64, 64)"
+    if isinstance(value, str):
+        parts: list[object] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, tuple | list):
+        parts = list(value)
+    else:
+        raise TypeError(f"{wanted}; got {type(value).__name__} {value!r}")
+    sides = []
+    for part in parts:
+        try:  # the text of an int, or an int (numpy's too); never a bool, a float or "1.5"
+            side = int(part) if isinstance(part, str) else operator.index(part)
+        except (TypeError, ValueError):
+            side = 0
+        if isinstance(part, bool) or side < 1:
+            raise ValueError(f"{wanted}; got {value!r}")
+        sides.append(side)
     if len(sides) != 3:
-        raise ValueError(f"patch_size must be (D, H, W), three sides, got {sides}")
+        raise ValueError(f"{wanted}; got {value!r} ({len(sides)} sides)")
+    return sides[0], sides[1], sides[2]
+
+
+def volume_patch(patch_size: Any, image_size: int | None) -> tuple[int, int, int]:
+    """A 3D model's input patch ``(D, H, W)`` (read by :func:`patch_sides`), its in-plane sides replaced by
+    ``image_size`` when given (the delta analysis and ``zoo check`` measure every medseg model at the task's side
+    and grow it); ValueError otherwise."""
+    sides = patch_sides(patch_size)
     if image_size is None:
-        return sides[0], sides[1], sides[2]
+        return sides
     check_positive("image_size", image_size)
     return sides[0], image_size, image_size
 

@@ -8,6 +8,7 @@ and ``task_evaluation``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -16,8 +17,13 @@ from tasks.engine.config import TrainConfig
 from tasks.medseg.data import ALL_DATASETS
 from tasks.medseg.metrics import CONVENTIONS
 from tasks.medseg.sliding import check_mode, check_overlap, parse_axes
+from zoo.vision import patch_sides
 
 TTA = ("none", "mirror")
+
+# What `patch_size` is given as; it holds the tuple once the config is built, read by the one parser of a patch
+# (zoo.vision.patch_sides). `str` comes first so that the command line hands the flag's text over as it is.
+PatchSize = str | tuple[int, int, int]
 
 
 # the settings a call of `zoo predict` / `zoo evaluate` (or a MONAI bundle's run) may change: how the model is
@@ -64,7 +70,8 @@ class MedsegConfig(TrainConfig):
     splits: str | None = None  # splits_final.json of the folds; None: the data's, the run's, else drawn
     # 3D variants (`zoo list` shows them: swinunetr3d, unetr, dynunet) train on patches of the cases' grid, sampled
     # as nnU-Net does, and predict whole cases through MONAI's sliding window (tasks.medseg.patches, .sliding).
-    patch_size: str | None = None  # 3D: D,H,W voxels of a training patch and an inference window; None: sized for a CPU
+    # --patch-size's text "32,64,64" (or a config.json's list) is a tuple (D, H, W) from __post_init__ on
+    patch_size: PatchSize | None = None  # 3D: D,H,W voxels of a training patch and an inference window; None: CPU-sized
     patches_per_case: int = 4  # 3D: patches drawn from each training case per epoch
     foreground: float = 0.33  # 3D: share of patches centred on a labelled voxel (nnU-Net's oversampling, 0.33)
     overlap: float = 0.5  # 3D sliding window: the share of a window the next one covers again, in [0, 1)
@@ -92,11 +99,11 @@ class MedsegConfig(TrainConfig):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
-        if isinstance(self.patch_size, tuple | list):
-            self.patch_size = ",".join(str(v) for v in self.patch_size)
+        if self.patch_size is not None:
+            self.patch_size = patch_sides(self.patch_size)
         if isinstance(self.mirror_axes, tuple | list):
             self.mirror_axes = ",".join(str(v) for v in self.mirror_axes)
-        _ = (self.patch, self.axes)
+        _ = self.axes
         check_positive("patches_per_case", self.patches_per_case)
         check_positive("sw_batch_size", self.sw_batch_size)
         check_number("foreground", self.foreground, 0, 1)
@@ -125,6 +132,14 @@ class MedsegConfig(TrainConfig):
         if self.dice_weight + self.ce_weight == 0:
             raise ValueError("dice_weight and ce_weight are both 0: the loss would be 0; set at least one")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields in their JSON form, as ``config.json`` and ``run.json`` hold them (the patch as a list), so that
+        a config compares equal to the one a run recorded (``zoo cv``'s reuse of a fold, ``--resume``)."""
+        values = super().to_dict()
+        if self.patch_size is not None:
+            values["patch_size"] = list(self.patch_size)
+        return values
+
     @property
     def target_spacing(self) -> tuple[float, float, float] | None:
         """``spacing`` as (R, A, S) mm, or None."""
@@ -135,17 +150,6 @@ class MedsegConfig(TrainConfig):
             raise ValueError(f"spacing must be three positive numbers R,A,S in mm, e.g. 0.8,0.8,3, got "
                              f"{self.spacing!r}")
         return values[0], values[1], values[2]
-
-    @property
-    def patch(self) -> tuple[int, int, int] | None:
-        """``patch_size`` as (D, H, W) voxels, or None (sized from the data)."""
-        if self.patch_size is None:
-            return None
-        values = _numbers(self.patch_size)
-        if values is None or len(values) != 3 or any(v < 1 or v != int(v) for v in values):
-            raise ValueError(f"patch_size must be three positive integers D,H,W in voxels, e.g. 32,64,64, got "
-                             f"{self.patch_size!r}")
-        return int(values[0]), int(values[1]), int(values[2])
 
     @property
     def axes(self) -> tuple[int, ...] | None:

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from zoo.vision import patch_sides
+
 
 @dataclass(frozen=True)
 class Augmentation:
@@ -53,9 +55,7 @@ class PatchSampler:
                  foreground: float = 0.33, augmentation: Augmentation | None = None) -> None:
         import monai.transforms as T
 
-        self.patch = tuple(int(p) for p in patch)
-        if len(self.patch) != 3 or min(self.patch) < 1:
-            raise ValueError(f"patch must be three positive sizes (D, H, W), got {patch}")
+        self.patch = patch_sides(patch, "patch")
         if not 0 <= foreground <= 1:
             raise ValueError(f"foreground must be a share in [0, 1], got {foreground}")
         if len(images) != len(labels) or not images:

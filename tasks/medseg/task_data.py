@@ -15,6 +15,7 @@ import numpy as np
 from tasks.medseg.config import MedsegConfig
 from tasks.medseg.data import load_medseg
 from tasks.medseg.volume import SegData, Volume
+from zoo.vision import patch_sides
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class MedsegData:
         needs = variant.config(self.config.preset)  # what the network divides by (multiple) and needs (min_side)
         multiple, min_side = max(16, int(getattr(needs, "multiple", 16))), int(getattr(needs, "min_side", 16))
         shapes = [v.shape for v in train]
-        self.patch_size = self.config.patch or default_patch(shapes, multiple=multiple, min_side=min_side)
+        self.patch_size = self.config.patch_size or default_patch(shapes, multiple=multiple, min_side=min_side)
         check_patch(self.patch_size, shapes, multiple)
         spacings = [v.spacing for v in train if v.spacing is not None]
         median = np.median(np.asarray(spacings, dtype=float), axis=0) if spacings else np.ones(3)
@@ -239,5 +240,5 @@ class MedsegData:
         self.in_channels = int(preprocessing.get("in_channels", 1))
         self.nifti_info = preprocessing.get("nifti")
         if preprocessing.get("spatial_dims") == 3:
-            self.patch_size = tuple(preprocessing["patch_size"])
+            self.patch_size = patch_sides(preprocessing["patch_size"])  # a list in run.json
             self.voxel_spacing = tuple(preprocessing["voxel_spacing"])

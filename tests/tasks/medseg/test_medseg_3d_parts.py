@@ -80,7 +80,7 @@ def test_patch_planning_and_its_errors():
     check_patch((48, 80, 96), [(33, 65, 73), (31, 80, 85)])  # padded to the next multiple of 16: 48, 80, 96
     with pytest.raises(ValueError, match=r"--patch-size 64,64,64 is larger than every training case along axis 0"):
         check_patch((64, 64, 64), [(33, 65, 73), (31, 80, 85)])
-    with pytest.raises(ValueError, match="patch must be three positive sizes"):
+    with pytest.raises(ValueError, match="patch must be three positive integers"):
         PatchSampler([np.zeros((1, 4, 4, 4), np.float32)], [np.zeros((4, 4, 4), np.uint8)], (4, 4))
 
 
