@@ -9,6 +9,7 @@ along D and H (so that mirroring has axes to flip); one epoch.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import nibabel as nib
@@ -65,6 +66,25 @@ def test_a_3d_run_records_its_patch_and_reports_the_sliding_window(cv):
 
 def test_evaluate_reproduces_the_training(cv, tmp_path):
     run = load_run(cv / "fold_0")
+    metrics, _ = evaluate_run(run, out=tmp_path / "eval")
+    trained = json.loads((cv / "fold_0" / "metrics.json").read_text())["final"]["test"]
+    assert metrics["test"]["dice"] == trained["dice"] and metrics["test"]["hd95"] == trained["hd95"]
+
+
+def test_a_run_folder_with_the_old_patch_text_loads_and_rescores_unchanged(cv, tmp_path):
+    """Runs written before the config held a tuple record ``patch_size`` as the flag's text ("16,32,32") in
+    config.json and run.json (this code writes a list): they load with the same tuple and score the same."""
+    old = tmp_path / "old"
+    shutil.copytree(cv / "fold_0", old)
+    for name in ("config.json", "run.json"):
+        record = json.loads((old / name).read_text())
+        config = record if name == "config.json" else record["config"]
+        assert config["patch_size"] == [16, 32, 32]
+        config["patch_size"] = "16,32,32"
+        (old / name).write_text(json.dumps(record))
+    run = load_run(old)
+    assert run.task.config.patch_size == run.task.patch_size == (16, 32, 32)
+    assert type(run.task.config.patch_size) is tuple and type(run.task.patch_size) is tuple
     metrics, _ = evaluate_run(run, out=tmp_path / "eval")
     trained = json.loads((cv / "fold_0" / "metrics.json").read_text())["final"]["test"]
     assert metrics["test"]["dice"] == trained["dice"] and metrics["test"]["hd95"] == trained["hd95"]
