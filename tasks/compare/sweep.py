@@ -46,7 +46,7 @@ from tasks.sweeps.plan import RunSpec
 from tasks.sweeps.state import SWEEP_FILE
 from zoo.analysis.counterpart import Counterpart, Difference, counterpart
 from zoo.analysis.delta import measured_at
-from zoo.registry import get_variant, list_variants
+from zoo.registry import Variant, get_variant, list_variants
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,14 @@ HEADLINE_FIELDS = ("mean", "ci95", "ci95_method", "delta", "delta_ci95", "p_valu
 
 @dataclass
 class Entry:
-    """One row of a comparison: a variant, optionally with config overrides (an ablation)."""
+    """One row of a comparison: a variant, optionally with config overrides (an ablation). ``registration``: the
+    variant as the sweep resolved it once at its start (``None``: a reference model, or not resolved)."""
 
     label: str
     variant: str
     model: dict[str, Any] = field(default_factory=dict)
     parts: str = ""
+    registration: Variant | None = None
 
 
 def resolve_budget(cls, budget: str | None, epochs: int | None) -> tuple[str, int]:
@@ -84,22 +86,22 @@ def resolve_budget(cls, budget: str | None, epochs: int | None) -> tuple[str, in
     return budget, cls.config_class().epochs if parsed.kind == "time" else MAX_EPOCHS
 
 
-def counterpart_of(task_name: str, variant: str, preset: str | None = None,
+def counterpart_of(task_name: str, registration: Variant | None, preset: str | None = None,
                    model: dict[str, Any] | None = None) -> Counterpart | None:
-    """The classic counterpart of ``variant`` (with its undeclared differences) as a run of the task builds it.
+    """The classic counterpart of a variant (with its undeclared differences) as a run of the task builds it.
 
     Args:
         task_name: the task.
-        variant: a variant of the task, or one of its reference models (not a patch: it has none).
+        registration: the variant's registration for the task (:meth:`tasks.engine.task.Task.resolve_variant`);
+            ``None`` for one of its reference models (not a patch: it has none).
         preset: the run's ``preset`` (``None``: the task's default for the variant, as the run picks it).
         model: the run's ``--model-set`` overrides (for both sides).
 
     Returns:
         The :class:`~zoo.analysis.counterpart.Counterpart`, or ``None`` for a reference model.
     """
-    if variant in getattr(task_class(task_name), "reference_models", ()):
+    if registration is None:
         return None
-    registration = get_variant(variant, task_name)
     return counterpart(registration, task_name, *measured_at(registration, task_shape(task_name), preset, model))
 
 
@@ -113,7 +115,7 @@ def refuse_undeclared(task_name: str, entries: list[Entry], preset: str | None, 
     found = {}
     for entry in entries:
         if entry.variant not in found:
-            found[entry.variant] = counterpart_of(task_name, entry.variant, preset, {**model, **entry.model})
+            found[entry.variant] = counterpart_of(task_name, entry.registration, preset, {**model, **entry.model})
     bad = [f"variant {name!r} differs from its classic counterpart ({reference.label}) where no declared change "
            f"reverts it: {', '.join(d.values for d in reference.differences)}"
            for name, reference in found.items() if reference is not None and reference.differences]
@@ -155,31 +157,32 @@ def train_entries(task_name: str, entries: list[Entry], out: Path, seeds: int, b
     return groups
 
 
-def forward_flops(task_name: str, task, model: torch.nn.Module, variant: str) -> int:
-    """Forward FLOPs of ``model`` at the task's input size (zoo diff's counter and shape)."""
+def forward_flops(task_name: str, task, model: torch.nn.Module) -> int:
+    """Forward FLOPs of ``model``, the model of ``task``'s run, at the task's input size (zoo diff's counter and
+    shape)."""
     from zoo.analysis.delta import module_flops
 
     spec = task_shape(task_name)
-    if variant in getattr(task, "reference_models", ()):  # e.g. the CNN row of the cifar task
+    if task.variant is None:  # a reference model, e.g. the CNN row of the cifar task
         shape = {**spec.shape, **task.delta_overrides()}
         inputs = (torch.zeros(1, shape["in_channels"], shape["image_size"], shape["image_size"]),)
     else:
         config = task.model_config
-        inputs = get_variant(variant, task_name).example_input(config, spec.for_config(config))
+        inputs = task.variant.example_input(config, spec.for_config(config))
     return module_flops(model.cpu(), inputs)[1]
 
 
-def parts_changed(task_name: str, task, variant: str) -> str:
-    if variant in getattr(task, "reference_models", ()):
+def parts_changed(task) -> str:
+    """The parts the variant of ``task``'s run changes, as the comparison's column shows them."""
+    if task.variant is None:
         return "(reference model, not a patch)"
-    return ", ".join(get_variant(variant, task_name).parts_changed) or "(base)"
+    return ", ".join(task.variant.parts_changed) or "(base)"
 
 
 def _parts_and_flops(entry: Entry, task_name: str, trainer) -> tuple[str, int]:
     """What the entry changed, and its forward FLOPs at the task's input size (``trainer``: anything with the
-    ``task`` and ``model`` of a run, a Trainer or a :class:`tasks.runs.run.Run`)."""
-    parts = entry.parts or parts_changed(task_name, trainer.task, entry.variant)
-    return parts, forward_flops(task_name, trainer.task, trainer.model, entry.variant)
+    ``task`` and ``model`` of a run, a Trainer or a :class:`tasks.runs.run.Run`; its task resolved the variant)."""
+    return entry.parts or parts_changed(trainer.task), forward_flops(task_name, trainer.task, trainer.model)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -187,11 +190,9 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _cost(task_name: str, runs: list[RunResult], parts: str | None) -> dict[str, Any]:
-    """Parameters, FLOPs, steps and time of a group's runs (means over seeds)."""
-    from tasks.runs.run import load_run
-
-    run = load_run(runs[0].run_path)
+def _cost(task_name: str, runs: list[RunResult], run, parts: str | None) -> dict[str, Any]:
+    """Parameters, FLOPs, steps and time of a group's runs (means over seeds); ``run``: the first of them, loaded
+    (:func:`tasks.runs.run.load_run`)."""
     part_text, flops = _parts_and_flops(Entry(run.variant, run.variant, parts=parts or ""), task_name, run)
     trained = [r.training for r in runs if r.training]
     spent = [t["budget"].get("train_flops") for t in trained if "budget" in t]
@@ -242,10 +243,13 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
         runs = {label: [(r.records(m.split)[1], m.stats(r.records(m.split)[0], r.info)) for r in g]
                 for label, g in groups.items()}
         stats[m.key] = paired_statistics(m, runs, pairs, alpha)
-    undeclared = {label: _run_undeclared(task_name, runs[0]) for label, runs in groups.items()}
-    rows = []
+    from tasks.runs.run import load_run
+
+    undeclared, rows = {}, []
     for label, runs in groups.items():
-        row = {"variant": label, **_cost(task_name, runs, (parts or {}).get(label)), "seeds": len(runs),
+        run = load_run(runs[0].run_path)  # its task resolves the group's variant, once
+        undeclared[label] = _run_undeclared(task_name, runs[0], run.task.variant)
+        row = {"variant": label, **_cost(task_name, runs, run, (parts or {}).get(label)), "seeds": len(runs),
                "runs": [str(r.path) for r in runs], "metric": metrics[0].key,
                "metrics": {m.key: stats[m.key][label] for m in metrics},
                "undeclared": [d.to_dict() for d in undeclared[label]]}
@@ -285,10 +289,11 @@ def _launch_text(out: Path, launch: Launch | None) -> str:
             f"{threads} thread(s) each (`--launcher {launcher['launcher']}`; `sweep.json` lists every run's state).")
 
 
-def _run_undeclared(task_name: str, result: RunResult) -> list[Difference]:
-    """The undeclared differences of a finished run's variant, at the preset and overrides its run.json records."""
+def _run_undeclared(task_name: str, result: RunResult, registration: Variant | None) -> list[Difference]:
+    """The undeclared differences of a finished run's variant (``registration``, ``None`` for a reference model),
+    at the preset and overrides its run.json records."""
     config = result.info.get("config", {})
-    reference = counterpart_of(task_name, result.variant, config.get("preset"), config.get("model"))
+    reference = counterpart_of(task_name, registration, config.get("preset"), config.get("model"))
     return [] if reference is None else list(reference.differences)
 
 
@@ -323,14 +328,11 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
     cls = task_class(task_name)
     check_alpha(alpha)
     names = variants or [*list_variants(task_name), *getattr(cls, "reference_models", ())]
-    for name in names:
-        if name not in getattr(cls, "reference_models", ()):
-            get_variant(name, task_name)  # a clear error before any training starts
+    entries = [Entry(n, n, registration=cls.resolve_variant(n)) for n in names]  # a clear error before any training
     baseline = baseline or cls.baseline
     if baseline not in names:
         raise ValueError(f"the baseline {baseline!r} is not among the variants ({', '.join(names)}); add it, or "
                          f"pass --baseline with one of them")
-    entries = [Entry(n, n) for n in names]
     if not allow_undeclared:
         refuse_undeclared(task_name, entries, config.get("preset"), config.get("model", {}))
     budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
@@ -359,11 +361,11 @@ def ablation_entries(variant) -> list[Entry]:
     """The full variant, then one row per independent declared change with that change alone reverted
     (:meth:`zoo.registry.Variant.independent_changes`: a part that only follows another change, such as
     the head Swin's hierarchy widens, has no row of its own; its cause's row reverts it)."""
-    entries = [Entry(variant.name, variant.name)]
+    entries = [Entry(variant.name, variant.name, registration=variant)]
     for change in variant.independent_changes():
         reach = [p for p in change.parts if p != change.part]
         parts = f"{change.part} reverted to classic" + (f" (reaching {', '.join(reach)})" if reach else "")
-        entries.append(Entry(f"without {change.name}", variant.name, dict(change.revert), parts=parts))
+        entries.append(Entry(f"without {change.name}", variant.name, dict(change.revert), parts, variant))
     return entries
 
 

@@ -10,24 +10,28 @@ weights from its checkpoint, not from ``--init-from`` again.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from torch import nn
 
 from core.parts import freeze_parts
 from zoo.weights.transfer import Transfer, load_pretrained
 
+if TYPE_CHECKING:  # annotations only
+    from zoo.registry import Variant
+
 log = logging.getLogger(__name__)
 
 
-def initialise(model: nn.Module, config) -> Transfer | None:
-    """Load ``config.init_from`` into ``model`` (None when the run starts from its own initialisation)."""
+def initialise(model: nn.Module, config, variant: Variant | None) -> Transfer | None:
+    """Load ``config.init_from`` into ``model`` (None when the run starts from its own initialisation).
+
+    ``variant``: the run's registration (:attr:`tasks.engine.task.Task.variant`), whose ``import_weights`` maps a
+    reference implementation's names; ``None`` for a task's reference model, which loads runs of this package only.
+    """
     if not config.init_from:
         return None
-    from zoo.registry import get_variant, list_variants
-
-    # a task's reference model (outside the zoo) maps no reference implementation's names: runs of this package
-    registered = config.variant in list_variants(config.task)
-    import_weights = get_variant(config.variant, config.task).import_weights if registered else None
+    import_weights = variant.import_weights if variant is not None else None
     transfer = load_pretrained(model, config.init_from, import_weights, partial=config.init_partial,
                                variant=config.variant)
     log.info("%s", transfer.summary())

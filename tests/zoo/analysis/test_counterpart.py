@@ -168,6 +168,7 @@ def test_finished_runs_report_their_undeclared_differences(plugins):
     # --runs reads the variant, preset and overrides of each run from its run.json, and lists, never refuses
     info = {"task": "translation", "variant": "wide", "config": {"preset": "tiny", "model": {"d_ff": 128}}}
     run = RunResult(plugins, plugins, info, None)
-    assert [d.message for d in tasks.compare.sweep._run_undeclared("translation", run)][:1] == [HEADS]
+    wide, classic = (zoo.get_variant(name, "translation") for name in ("wide", "classic"))
+    assert [d.message for d in tasks.compare.sweep._run_undeclared("translation", run, wide)][:1] == [HEADS]
     assert tasks.compare.sweep._run_undeclared("translation", RunResult(plugins, plugins, {
-        **info, "variant": "classic"}, None)) == []
+        **info, "variant": "classic"}, None), classic) == []
