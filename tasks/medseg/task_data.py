@@ -112,10 +112,11 @@ class MedsegData:
         planned once from every training case of the data, as nnU-Net plans, so that the folds of a
         cross-validation agree (their ensemble needs it)."""
         from tasks.medseg.patches import check_patch, default_patch
-        from zoo.registry import get_variant
 
-        variant = get_variant(self.config.variant, self.name)
-        needs = variant.config(self.config.preset)  # what the network divides by (multiple) and needs (min_side)
+        # What the network divides a side by (multiple) and needs at least (min_side), from the variant the run
+        # resolved once. A config of the preset, not its class: a ClassVar of MONAI's networks, but MISSFormer3D's
+        # multiple is a property of its stages (stride 4, halved once per further stage).
+        needs = self.variant.config(self.config.preset)
         multiple, min_side = max(16, int(getattr(needs, "multiple", 16))), int(getattr(needs, "min_side", 16))
         shapes = [v.shape for v in train]
         self.patch_size = self.config.patch_size or default_patch(shapes, multiple=multiple, min_side=min_side)

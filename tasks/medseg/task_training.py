@@ -34,13 +34,9 @@ class MedsegTraining:
     # --- model ---------------------------------------------------------------------------------------
     @property
     def spatial_dims(self) -> int:
-        """3 for a variant registered as 3D (trained on patches, predicted through a sliding window), else 2."""
-        from zoo.registry import get_variant, list_variants
-
-        name = self.config.variant
-        if name in self.reference_models or name not in list_variants(self.name):
-            return 2
-        return int(getattr(get_variant(name, self.name), "spatial_dims", 2))
+        """3 for a variant registered as 3D (trained on patches, predicted through a sliding window), else 2 (a
+        reference model's slices too). Read from the variant the run resolved once (:attr:`Task.variant`)."""
+        return 2 if self.variant is None else int(self.variant.spatial_dims)
 
     def model_overrides(self) -> dict[str, Any]:
         """The variant's config overrides: ``--model-set`` fields plus the sizes the task and data decide."""
@@ -50,9 +46,7 @@ class MedsegTraining:
             return self.decided_overrides(decided, "the task (--image-size and the data)")
         import dataclasses
 
-        from zoo.registry import get_variant
-
-        fields = {f.name for f in dataclasses.fields(get_variant(self.config.variant, self.name).config_class)}
+        fields = {f.name for f in dataclasses.fields(self.variant.config_class)}
         decided.update(patch_size=self.patch_size, image_size=None)
         if "spacing" in fields:  # nnU-Net's rules plan the network from the spacing (dynunet)
             decided["spacing"] = self.voxel_spacing
