@@ -18,11 +18,14 @@ import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.atomic import atomic_path, write_json_atomic, write_text_atomic
 from core.errors import unknown_name
 from tasks.runs.run import RUN_FILE, WEIGHTS_FILE, Run, load_run
+
+if TYPE_CHECKING:  # annotations only
+    from zoo.registry import Variant
 
 FORMATS = ("safetensors", "hf", "onnx", "monai-bundle")
 HF_CONFIG = "config.json"
@@ -107,7 +110,7 @@ def model_card(run: Run, out: Path, intervals: list[dict[str, Any]]) -> str:
               f"seed {config.get('seed')}, batch {config.get('batch_size')}, lr {config.get('lr')}."]
     if info.get("init_from"):
         lines.append(f"Started from `{info['init_from']['source']}` ({info['init_from']['counts']}).")
-    lines += ["", *_what_changed(variant, task)]
+    lines += ["", *_what_changed(run.task.variant)]
     return "\n".join(lines) + "\n"
 
 
@@ -116,12 +119,11 @@ def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _what_changed(variant: str, task: str) -> list[str]:
-    from zoo.registry import get_variant, list_variants
-
-    if variant not in list_variants(task):
+def _what_changed(registered: Variant | None) -> list[str]:
+    """The model card's "what changed" section: the declared changes of the run's variant (``registered``, as its
+    task resolved it; ``None`` for a reference model outside the zoo)."""
+    if registered is None:
         return ["## What changed", "", "A reference model outside the zoo: not a patch on the classic Transformer."]
-    registered = get_variant(variant, task)
     rows = ["## What changed against the classic Transformer", "", registered.summary, "",
             "| part | classic | this model | why |", "|---|---|---|---|"]
     rows += [f"| {c.part} | {c.classic} | {c.variant} | {c.flaw} |" for c in registered.changes]

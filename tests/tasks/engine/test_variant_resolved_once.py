@@ -18,6 +18,7 @@ import zoo.registry
 from tasks.cli.main import main
 from tasks.compare.sweep import compare
 from tasks.engine.task import Task
+from tasks.runs.export import model_card
 from tasks.runs.run import load_run
 from tasks.translation.task import TranslationConfig, TranslationTask
 
@@ -66,6 +67,9 @@ def test_a_run_looks_its_variant_up_once_and_loading_it_once_more(tmp_path, look
     run = load_run(out)  # rebuilding the model from run.json: one Task, one lookup
     assert (dict(asked), dict(built)) == ({"pre-ln": 1}, {"pre-ln": 1})
     assert run.task.variant is zoo.registry.get_variant("pre-ln", "translation")
+    asked.clear()
+    card = model_card(run, tmp_path / "export", [])  # zoo export's README: the changes of the run's own Variant
+    assert not asked and "## What changed against the classic Transformer" in card and "| norm | Post-LN" in card
 
 
 def test_a_comparison_resolves_each_variant_once_at_its_start_and_once_per_task(tmp_path, lookups):
