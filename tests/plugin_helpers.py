@@ -1,6 +1,6 @@
 """Helpers of the plugin tests: a registry restored after each test, and plugin folders written on the fly.
 
-Plugins register into process-wide tables (the variant registry, the kernels, the FFN types) and are
+Plugins register into process-wide tables (the variant registry, the kernels, the FFN types, the tasks) and are
 imported as top-level modules; a test that loads one must leave none of it behind, or a later test (the
 README's variant table, a parametrisation over every variant) would see it.
 """
@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import tasks.engine.registry
 import tasks.plugins.loader
 import zoo.registry
 from core.attention import KERNELS
@@ -36,8 +37,10 @@ def _is_plugin(module: object) -> bool:
 
 @contextlib.contextmanager
 def isolated_registry() -> Iterator[None]:
-    """Restore the registry, kernels, FFN types, ``sys.path`` and the plugin modules on exit."""
+    """Restore the variant and task registries, kernels, FFN types, ``sys.path`` and the plugin modules on exit."""
+    tasks.engine.registry.task_names()  # the built-in tasks register (and import what they use) before the snapshot
     variants = {name: list(regs) for name, regs in zoo.registry._REGISTRY.items()}
+    task_runners = dict(tasks.engine.registry._REGISTRY)
     kernels, ffns = dict(KERNELS), dict(FFN_TYPES)
     path, modules, called = list(sys.path), set(sys.modules), set(tasks.plugins.loader._CALLED)
     try:
@@ -45,6 +48,8 @@ def isolated_registry() -> Iterator[None]:
     finally:
         zoo.registry._REGISTRY.clear()
         zoo.registry._REGISTRY.update(variants)
+        tasks.engine.registry._REGISTRY.clear()
+        tasks.engine.registry._REGISTRY.update(task_runners)
         KERNELS.clear()
         KERNELS.update(kernels)
         FFN_TYPES.clear()

@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -65,10 +65,14 @@ from tasks.cifar.reference import REFERENCE_MODELS
 from tasks.cifar.report import attention_heatmaps, class_scores, most_confused, plot_attention, plot_confusion
 from tasks.engine.config import TrainConfig
 from tasks.engine.distributed import shard
+from tasks.engine.registry import register_task
 from tasks.engine.task import Task
 from tasks.runs.records import split_hash, write_records
 from zoo.analysis.delta import TaskShape
 from zoo.analysis.doctor import Batch, entropy
+
+if TYPE_CHECKING:  # annotations only: runs sit above the tasks
+    from tasks.runs.run import Run
 
 SPLIT_SEED = 0  # the held-out validation images do not move with --seed, so seeds are compared on one split
 # what run.json's preprocessing holds (see CifarTask.preprocessing); "source" is informative only
@@ -158,6 +162,7 @@ def warmup_cosine(warmup: int, total: int):
     return factor
 
 
+@register_task
 class CifarTask(Task):
     name = "cifar"
     config_class = CifarConfig
@@ -175,6 +180,14 @@ class CifarTask(Task):
     @classmethod
     def paired_metrics(cls, info: dict[str, Any]) -> list:
         return paired.paired_metrics(info)
+
+    @classmethod
+    def predict_inputs(cls, run: Run, inputs: list[str], out: str | None, progress: bool = True,
+                       **options: Any) -> str:
+        """Classify image files and folders into a CSV (:mod:`tasks.cifar.predict`)."""
+        from tasks.cifar.predict import predict
+
+        return predict(run, inputs, out, progress=progress, **options)
 
     def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch:
         """The first ``n`` images of ``split``, normalised as the model saw them, and their labels."""

@@ -1,17 +1,14 @@
 """``zoo cv TASK [train options]``: cross-validation, each fold a training run in ``OUT/fold_k``.
 
-Offered for the tasks whose config has ``folds`` and ``fold`` fields (today: medseg); the task's
-``tasks.<task>.cv.cross_validate(config, launch)`` trains the folds (as one sweep: ``--launcher``, ``--jobs``, ...)
-and writes the summary.
+Offered for the tasks whose runner overrides :meth:`Task.cross_validate <tasks.engine.task.Task.cross_validate>`
+(today: medseg), which trains the folds (as one sweep: ``--launcher``, ``--jobs``, ...) and writes the summary.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-from dataclasses import fields
 
-from tasks.engine.registry import TASKS, task_class
+from tasks.engine.registry import task_class, tasks_with
 
 
 def _cmd_cv(args: argparse.Namespace) -> int:
@@ -20,7 +17,7 @@ def _cmd_cv(args: argparse.Namespace) -> int:
 
     cls = task_class(args.task)
     config = config_from_args(cls.config_class, args)
-    _, lines = importlib.import_module(f"tasks.{args.task}.cv").cross_validate(config, launch_from_args(args))
+    _, lines = cls.cross_validate(config, launch_from_args(args))
     print("\n".join(lines))
     return 0
 
@@ -30,10 +27,8 @@ def add_cv_command(sub: argparse._SubParsersAction) -> None:
 
     cv = sub.add_parser("cv", help="cross-validation: train every fold (each in OUT/fold_k) and summarise them")
     tasks = cv.add_subparsers(dest="task", metavar="TASK", required=True)
-    for name in TASKS:
+    for name in tasks_with("cross_validate"):
         cls = task_class(name)
-        if not {"folds", "fold"} <= {f.name for f in fields(cls.config_class)}:
-            continue
         p = tasks.add_parser(name, help=f"cross-validate on the {name} task (the options of zoo train {name}; "
                              "--fold all by default)")
         add_config_arguments(p, cls.config_class, skip=("task",))

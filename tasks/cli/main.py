@@ -147,7 +147,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _load_plugins_first(argv: Sequence[str]) -> Exception | None:
+    """Load the plugins (``--user-dir`` anywhere in ``argv``, ``ZOO_USER_DIR``, entry points) before the parser is
+    built, so that a task a plugin registers is a choice of ``zoo train`` / ``zoo cv``. A plugin that cannot be
+    loaded is returned, to be reported once the command's name is known."""
+    from tasks.plugins.loader import load_plugins
+
+    folders = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--user-dir"]
+    folders += [arg.partition("=")[2] for arg in argv if arg.startswith("--user-dir=")]
+    try:
+        load_plugins(folders)
+    except USER_ERRORS as error:
+        return error
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    plugin_error = _load_plugins_first(argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -160,7 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from tasks.plugins.loader import load_plugins, user_dirs_of
 
-        load_plugins(user_dirs_of(args))  # before any variant name is resolved
+        if plugin_error is not None:
+            raise plugin_error
+        load_plugins(user_dirs_of(args))  # a --user-dir the early scan missed (an abbreviated flag); else no-op
         return args.func(args)
     except BrokenPipeError:  # the reader went away (`zoo list | head`): stop quietly, as the docs of signal advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,8 +1,8 @@
 """Subcommands that use a finished run: ``zoo evaluate``, ``zoo predict``, ``zoo export``.
 
-``zoo predict`` hands over to the run's task (``tasks.<task>.predict.predict``), which reads the inputs,
-converts them exactly as the training data was, and writes the outputs; the options that only one task
-understands are refused for the others.
+``zoo predict`` hands over to the run's task (:meth:`Task.predict_inputs <tasks.engine.task.Task.predict_inputs>`),
+which reads the inputs, converts them exactly as the training data was, and writes the outputs; the options that
+only one task understands are refused for the others.
 
 ``zoo predict`` and ``zoo evaluate`` also take a cross-validation folder (``zoo cv``'s ``OUT``): its folds' runs
 predict as one ensemble (:mod:`tasks.runs.ensemble`) where the task supports it (medseg). The inference options
@@ -13,11 +13,10 @@ those names for this call, and are refused for a task whose config has no such f
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
-from tasks.engine.registry import TASKS, task_class
+from tasks.engine.registry import task_class, task_names
 
 # the options of `zoo predict` that a task may take (Task.predict_options), besides the shared --out, --device,
 # --checkpoint and --batch-size
@@ -71,7 +70,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tasks.runs.evaluate import evaluate_run
     from tasks.runs.report import summary_lines
 
-    if args.pred is not None or args.labels is not None or (args.run in TASKS and not Path(args.run).is_dir()):
+    if args.pred is not None or args.labels is not None or (args.run in task_names() and not Path(args.run).is_dir()):
         return _evaluate_folders(args)
     members = _load_members(args)
     run = members[0]
@@ -86,7 +85,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _evaluate_folders(args: argparse.Namespace) -> int:
     """``zoo evaluate TASK --pred DIR --labels DIR``: two folders of predictions, no run (``Task.score_folders``)."""
-    if args.run not in TASKS or args.pred is None or args.labels is None:
+    if args.run not in task_names() or args.pred is None or args.labels is None:
         raise ValueError("score two folders of predictions with `zoo evaluate TASK --pred DIR --labels DIR` (e.g. "
                          "medseg's NIfTI label maps); to re-score a run, give its folder: `zoo evaluate RUN`")
     lines = task_class(args.run).score_folders(args.pred, args.labels, args.dataset_json, args.chill, args.out)
@@ -104,13 +103,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             continue
         if name not in run.task.predict_options:
             flag = "--" + name.replace("_", "-")
-            takers = [task for task in TASKS if name in task_class(task).predict_options]
+            takers = [task for task in task_names() if name in task_class(task).predict_options]
             raise ValueError(f"{flag} is an option of {', '.join(takers)} runs; {args.run} is a {run.task.name} run")
         options[name] = value
     if args.batch_size is not None:
         options["batch_size"] = args.batch_size
-    predict = importlib.import_module(f"tasks.{run.task.name}.predict").predict
-    summary = predict(run, list(args.inputs), args.out, progress=not args.quiet, **options)
+    summary = type(run.task).predict_inputs(run, list(args.inputs), args.out, progress=not args.quiet, **options)
     print(summary, file=sys.stderr if args.out is None else sys.stdout)
     return 0
 

@@ -74,15 +74,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     elif spec["kind"] == "ablate":
         comparison = ablate(spec["variant"], spec["task"], out, **common, **config)
     else:
-        import importlib
-
         from tasks.engine.config import config_from_dict
+        from tasks.engine.registry import tasks_with
+
+        if spec["task"] not in tasks_with("cross_validate"):
+            raise ValueError(f"{args.file}: kind = \"cv\" needs a task with cross-validation; {spec['task']!r} has "
+                             f"none (the tasks that have it: {', '.join(tasks_with('cross_validate')) or 'none'})")
 
         fields = {**config, "out": str(out)}
         if not fields["model"]:
             fields.pop("model")
         cv_config = config_from_dict(cls.config_class, fields)
-        _, lines = importlib.import_module(f"tasks.{spec['task']}.cv").cross_validate(cv_config, launch)
+        _, lines = cls.cross_validate(cv_config, launch)
         print("\n".join(lines))
         return 0
     print_comparison(comparison, out)

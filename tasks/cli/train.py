@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tasks.engine.registry import TASKS, task_class
+from tasks.engine.registry import task_class, task_names
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -133,7 +133,7 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
 
     train = sub.add_parser("train", help="train and evaluate a variant on a task")
     tasks = train.add_subparsers(dest="task", metavar="TASK", required=True)
-    for name in TASKS:
+    for name in task_names():
         cls = task_class(name)
         p = tasks.add_parser(name, help=f"train on the {name} task")
         p.add_argument("--config", default=None, metavar="FILE",
@@ -147,7 +147,7 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("compare", help="train several variants with the same budget (or read finished runs); one "
                                        "table with intervals, paired tests and verdicts, and a plot")
-    p.add_argument("task", choices=sorted(TASKS), help="the task every variant is trained on")
+    p.add_argument("task", choices=sorted(task_names()), help="the task every variant is trained on")
     p.add_argument("--variants", default=None, help="comma-separated (default: every variant of the task)")
     p.add_argument("--runs", nargs="+", metavar="DIR", default=None,
                    help="compare these finished runs or zoo evaluate folders instead of training (grouped by variant)")
@@ -157,6 +157,6 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("ablate", help="leave-one-out: revert each change of a variant alone, same budget")
     p.add_argument("variant", help="the variant whose declared changes are reverted one at a time")
-    p.add_argument("--task", required=True, choices=sorted(TASKS), help="the task it is trained on")
+    p.add_argument("--task", required=True, choices=sorted(task_names()), help="the task it is trained on")
     _budget_arguments(p, out="runs/ablate-VARIANT-TASK")
     p.set_defaults(func=_cmd_ablate)

@@ -13,9 +13,12 @@ from tasks.engine.config import TrainConfig, config_from_dict
 from tasks.engine.distributed import DistInfo
 from zoo.analysis.delta import TaskShape
 
-if TYPE_CHECKING:  # annotations only: the comparison and the doctor sit above the engine
+if TYPE_CHECKING:  # annotations only: the comparison, runs, sweeps and the doctor sit above the engine
     from tasks.compare.paired import PairedMetric
+    from tasks.runs.run import Run
+    from tasks.sweeps.launchers import Launch
     from zoo.analysis.doctor import Batch
+    from zoo.registry import Variant
 
 
 class Task:
@@ -58,8 +61,54 @@ class Task:
         raise ValueError(f"task {cls.name!r} does not score folders of predictions; give a run folder: "
                          "`zoo evaluate RUN`")
 
+    @classmethod
+    def predict_inputs(cls, run: Run, inputs: list[str], out: str | None, progress: bool = True,
+                       **options: Any) -> str:
+        """``zoo predict RUN INPUTS``: read ``inputs`` (files, folders; none: standard input), convert them exactly
+        as the training data was, predict with ``run`` (a :class:`tasks.runs.run.Run` of this task) and write
+        the outputs to ``out``; returns the summary line. ``options`` are the ``predict_options`` given (and
+        ``batch_size``, ``members`` for an ensemble). A task that cannot predict new inputs keeps this refusal."""
+        raise ValueError(f"task {cls.name!r} cannot predict new inputs (it defines no Task.predict_inputs); "
+                         f"`zoo evaluate {run.path}` re-scores the run on its own data")
+
+    @classmethod
+    def cross_validate(cls, config: TrainConfig, launch: Launch | None = None) -> tuple[dict[str, Any], list[str]]:
+        """``zoo cv TASK`` and sweeps of kind cv: train every fold of ``config`` (one sweep, run by ``launch``) and
+        summarise them; returns the summary and its lines. Only tasks with folds override it
+        (:func:`tasks.engine.registry.tasks_with` names them)."""
+        raise ValueError(f"task {cls.name!r} has no cross-validation: its runner does not override "
+                         "Task.cross_validate (`zoo cv --help` lists the tasks that do)")
+
     def __init__(self, config: TrainConfig, device: torch.device, dist: DistInfo) -> None:
         self.config, self.device, self.dist = config, device, dist
+
+    @property
+    def variant(self) -> Variant | None:
+        """The registration of ``--variant`` for this task, looked up once per run and then passed down (the model,
+        ``--init-from``, the comparisons' costs read it here); ``None`` for one of the task's ``reference_models``.
+
+        Raises:
+            ValueError: an unknown name ("did you mean" among this task's variants and reference models), or a
+                variant of another task.
+        """
+        if "_variant" not in self.__dict__:
+            self._variant = self.resolve_variant(self.config.variant)
+        return self._variant
+
+    @classmethod
+    def resolve_variant(cls, name: str) -> Variant | None:
+        """The registration of variant ``name`` for this task (``None``: a reference model). A run calls it once, for
+        :attr:`variant`; a sweep once per variant, before any training (:func:`tasks.compare.sweep.compare`)."""
+        from zoo import registry
+
+        if name in cls.reference_models:
+            return None
+        try:
+            return registry.get_variant(name, cls.name)
+        except ValueError:
+            if name in registry.list_variants():  # a variant of another task: get_variant's error says so
+                raise
+            raise unknown_name("variant", name, [*registry.list_variants(cls.name), *cls.reference_models]) from None
 
     # --- setup ---------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -85,16 +134,11 @@ class Task:
         config with ``overrides`` at ``--preset`` (default: the preset the delta analysis measures for this
         task, else the variant's own). Sets ``self.model_config`` for zoo variants.
         """
-        from zoo.registry import get_variant, list_variants
-
-        c = self.config
-        if c.variant in self.reference_models:
+        c, variant = self.config, self.variant
+        if variant is None:
             if c.model:
                 raise ValueError(f"the reference model {c.variant!r} takes no --model-set overrides, got {c.model}")
             return self.reference_models[c.variant](*reference_args)
-        if c.variant not in list_variants():
-            raise unknown_name("variant", c.variant, [*list_variants(self.name), *self.reference_models])
-        variant = get_variant(c.variant, self.name)  # a variant of another task gets its own clear error
         preset, shape = c.preset, self.delta_shape
         if preset is None and shape is not None and shape.preset in variant.presets:
             preset = shape.preset
@@ -193,18 +237,23 @@ class Task:
     def build_saved_model(self, variant: str, variant_config: dict[str, Any] | None) -> nn.Module:
         """The model a run describes: a reference model from :meth:`reference_args`, or the zoo variant from its
         saved full config (not from presets: the presets may have changed since). Sets ``self.model_config``."""
-        from zoo.registry import get_variant
-
-        if variant in self.reference_models:
+        if self._saved(variant) is None:
             return self.reference_models[variant](*self.reference_args())
-        return get_variant(variant, self.name).build(self.restore_model_config(variant, variant_config))
+        return self.variant.build(self.restore_model_config(variant, variant_config))
 
     def restore_model_config(self, variant: str, variant_config: dict[str, Any] | None) -> Any:
         """Set and return ``self.model_config`` from a run's saved variant config, without building the model
         (an ONNX export runs without it)."""
-        from zoo.registry import get_variant
-
-        if variant_config is None:
+        registration = self._saved(variant)
+        if variant_config is None or registration is None:
             raise ValueError(f"run.json holds no config of variant {variant!r}; it cannot be rebuilt")
-        self.model_config = config_from_dict(get_variant(variant, self.name).config_class, variant_config)
+        self.model_config = config_from_dict(registration.config_class, variant_config)
         return self.model_config
+
+    def _saved(self, variant: str) -> Variant | None:
+        """:attr:`variant`, checked against the name run.json records beside the config (the two agree in every
+        folder this package writes: :func:`tasks.runs.run.run_info` takes both from the config)."""
+        if variant != self.config.variant:
+            raise ValueError(f"run.json names the variant {variant!r} but its config says {self.config.variant!r}; "
+                             "the run folder was edited by hand: make the two agree")
+        return self.variant

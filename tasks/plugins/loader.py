@@ -1,9 +1,11 @@
-"""Plugins: variants, attention kernels and FFN types registered from outside the package.
+"""Plugins: variants, attention kernels, FFN types and tasks registered from outside the package.
 
-A plugin is ordinary Python that calls the public registration API the built-in variants call:
+A plugin is ordinary Python that calls the public registration API the built-in variants and tasks call:
 :func:`zoo.registry.register` (a :class:`~zoo.registry.Variant` with its declared changes),
-:func:`core.attention.register_kernel` and :func:`core.ffn.register_ffn`. It is found in three places,
-all loaded by every ``zoo`` command before a variant name is resolved:
+:func:`core.attention.register_kernel`, :func:`core.ffn.register_ffn` and
+:func:`tasks.engine.registry.register_task` (a :class:`~tasks.engine.task.Task` subclass; the plugin may then
+register existing variants, e.g. ``classic``, for its own task). It is found in three places, all loaded by every
+``zoo`` command before it reads its arguments (so that ``zoo train MYTASK`` knows a plugin's task):
 
 * ``--user-dir DIR`` (repeatable): DIR is a Python package (it has an ``__init__.py``), imported by its
   folder name; or a folder of modules and packages, each imported (``test_*.py``, ``conftest.py``,
@@ -16,7 +18,8 @@ all loaded by every ``zoo`` command before a variant name is resolved:
 Loading is idempotent (a module already imported from the same file is not imported again). What is
 refused gets a one-line :class:`PluginError` naming the plugin file: an import that fails (the file and
 line where it failed), a variant name that already exists, a kernel or FFN type name that already exists
-(the core's entry is put back), an unknown part (``Change`` refuses it) and an unknown task.
+(the core's entry is put back), a task name that already exists, an unknown part (``Change`` refuses it) and an
+unknown task.
 """
 
 from __future__ import annotations
@@ -48,21 +51,24 @@ class PluginError(ValueError):
 
 @dataclass(frozen=True)
 class Loaded:
-    """What one plugin source registered: its variants (name, tasks), kernels and FFN types."""
+    """What one plugin source registered: its variants (name, tasks), kernels, FFN types and tasks."""
 
     source: str
     variants: tuple[tuple[str, tuple[str, ...]], ...]
     kernels: tuple[str, ...]
     ffns: tuple[str, ...]
+    tasks: tuple[str, ...] = ()
 
 
-def _registries() -> tuple[dict[str, tuple], dict[str, Any], dict[str, Any]]:
-    """Snapshots of the variant registry (name -> its registrations), the kernels and the FFN types."""
+def _registries() -> tuple[dict[str, tuple], dict[str, Any], dict[str, Any], tuple[str, ...]]:
+    """Snapshots of the variant registry (name -> its registrations), the kernels, the FFN types and the tasks."""
     from core.attention import KERNELS
     from core.ffn import FFN_TYPES
+    from tasks.engine.registry import task_names
     from zoo.registry import list_variants, registrations
 
-    return {n: tuple(registrations(n)) for n in list_variants()}, dict(KERNELS), dict(FFN_TYPES)
+    return ({n: tuple(registrations(n)) for n in list_variants()}, dict(KERNELS), dict(FFN_TYPES),
+            tuple(task_names()))
 
 
 def _inside(file: str | os.PathLike | None, root: Path) -> bool:
@@ -91,26 +97,31 @@ def _file_of(obj: object, root: Path | None, fallback: str) -> str:
 
 
 def _check_new(before: tuple, source: str, root: Path | None, fallback: str) -> Loaded:
-    """Validate what was registered since ``before``; put back a core kernel or FFN type a plugin replaced."""
+    """Validate what was registered since ``before``; put back a core kernel or FFN type a plugin replaced.
+
+    An existing variant name is refused, unless the plugin registers it for tasks it registered itself: a user's
+    own task trains the zoo's variants (``classic`` as its baseline) without renaming them.
+    """
     from core.attention import KERNELS
     from core.errors import unknown_name
     from core.ffn import FFN_TYPES
-    from tasks.engine.registry import TASKS
 
-    variants, kernels, ffns = before
-    after, _, _ = _registries()
+    variants, kernels, ffns, tasks_before = before
+    after, _, _, tasks_after = _registries()
+    new_tasks = tuple(t for t in tasks_after if t not in tasks_before)
     new_variants = []
     for name, regs in after.items():
         added = regs[len(variants.get(name, ())):]
         for variant in added:
             where = _file_of(variant.build, root, _file_of(variant.config_class, root, fallback))
-            if name in variants:
+            if name in variants and not set(variant.tasks) <= set(new_tasks):
                 tasks = ", ".join(t for v in variants[name] for t in v.tasks)
                 raise PluginError(f"plugin {where}: registers variant {name!r}, which already exists (for {tasks}); "
                                   "give the variant a new name")
             for task in variant.tasks:
-                if task not in TASKS:
-                    raise PluginError(f"plugin {where}: variant {name!r} declares {unknown_name('task', task, TASKS)}")
+                if task not in tasks_after:
+                    raise PluginError(f"plugin {where}: variant {name!r} declares "
+                                      f"{unknown_name('task', task, tasks_after)}")
             new_variants.append((name, tuple(variant.tasks)))
     for kind, table, old in (("attention kernel", KERNELS, kernels), ("ffn type", FFN_TYPES, ffns)):
         for name, value in list(table.items()):
@@ -119,7 +130,7 @@ def _check_new(before: tuple, source: str, root: Path | None, fallback: str) -> 
                 raise PluginError(f"plugin {_file_of(value, root, fallback)}: registers the {kind} {name!r}, which "
                                   "already exists; register it under a new name")
     return Loaded(source, tuple(new_variants), tuple(k for k in KERNELS if k not in kernels),
-                  tuple(f for f in FFN_TYPES if f not in ffns))
+                  tuple(f for f in FFN_TYPES if f not in ffns), new_tasks)
 
 
 def _import_registering(name: str, file: Path, root: Path, source: str) -> Loaded:
@@ -249,9 +260,9 @@ def load_plugins(user_dirs: Sequence[str] | None = None, entry_points: bool = Tr
             seen.add(key)
             loaded += load_user_dir(folder, origin)
     for item in loaded:
-        if item.variants or item.kernels or item.ffns:
-            log.debug("%s registered variants %s, kernels %s, ffn types %s", item.source,
-                      [n for n, _ in item.variants], list(item.kernels), list(item.ffns))
+        if item.variants or item.kernels or item.ffns or item.tasks:
+            log.debug("%s registered variants %s, kernels %s, ffn types %s, tasks %s", item.source,
+                      [n for n, _ in item.variants], list(item.kernels), list(item.ffns), list(item.tasks))
     return loaded
 
 

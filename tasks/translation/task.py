@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,7 @@ from core.tables import markdown_table
 from tasks.engine.config import TrainConfig
 from tasks.engine.distributed import shard
 from tasks.engine.progress import progress_bar
+from tasks.engine.registry import register_task
 from tasks.engine.task import Task
 from tasks.runs.records import split_hash, write_records
 from tasks.translation import paired
@@ -41,6 +42,9 @@ from tasks.translation.tokenizer import KINDS, SPECIALS, Tokenizer
 from zoo.analysis.delta import TaskShape
 from zoo.analysis.doctor import Batch, entropy, seq2seq_batch
 from zoo.registry import get_variant
+
+if TYPE_CHECKING:  # annotations only: runs sit above the tasks
+    from tasks.runs.run import Run
 
 
 @dataclass
@@ -96,6 +100,7 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) 
     return out.to(device)
 
 
+@register_task
 class TranslationTask(Task):
     name = "translation"
     config_class = TranslationConfig
@@ -112,6 +117,14 @@ class TranslationTask(Task):
     @classmethod
     def paired_metrics(cls, info: dict[str, Any]) -> list:
         return paired.paired_metrics(info)
+
+    @classmethod
+    def predict_inputs(cls, run: Run, inputs: list[str], out: str | None, progress: bool = True,
+                       **options: Any) -> str:
+        """Translate the lines of text files (:mod:`tasks.translation.predict`)."""
+        from tasks.translation.predict import predict
+
+        return predict(run, inputs, out, progress=progress, **options)
 
     def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch:
         """The first ``n`` pairs of ``split``, encoded as training encodes them (sources cut at ``max_len``, EOS

@@ -1,8 +1,10 @@
 """A fourth task, written outside the package: reverse a sequence of tokens with the encoder–decoder.
 
 It exists to prove that a new task plugs into every generic command (`zoo train`, `zoo diff`, `zoo evaluate`,
-`zoo compare --runs`, `zoo doctor`) by implementing :class:`tasks.engine.task.Task` alone: nothing outside this
-file names it. :func:`register` puts it in the task registry and registers two variants for it.
+`zoo predict`, `zoo compare --runs`, `zoo doctor`) by implementing :class:`tasks.engine.task.Task` alone: nothing
+outside this file names it. It is a ``--user-dir`` plugin, as a user would write one: imported, it registers itself
+(:func:`tasks.engine.registry.register_task`) and the classic model and RoPE for itself. The tests load it from a
+copy in a plugin folder, never as ``tests.tasks.reverse_task``, so that it stays out of every other test's registry.
 
 Shape legend: B batch, L sequence length, V vocabulary.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +24,7 @@ from torch import Tensor, nn
 from core.decoding import greedy_decode
 from tasks.compare.paired import PairedMetric, first_column, mean_score
 from tasks.engine.config import TrainConfig
+from tasks.engine.registry import register_task
 from tasks.engine.task import Task
 from tasks.runs.records import split_hash, write_records
 from zoo.analysis.delta import TaskShape
@@ -41,6 +45,7 @@ class ReverseConfig(TrainConfig):
     n_train: int = 128
 
 
+@register_task
 class ReverseTask(Task):
     name = NAME
     config_class = ReverseConfig
@@ -93,6 +98,22 @@ class ReverseTask(Task):
         return [{"id": i, "prediction": out[i, :LENGTH].tolist(), "reference": tgt[i, 1 : LENGTH + 1].tolist()}
                 for i in range(len(src))]
 
+    @classmethod
+    def predict_inputs(cls, run, inputs: list[str], out: str | None, progress: bool = True,
+                       batch_size: int | None = None) -> str:
+        """`zoo predict`: each line of the files ``inputs`` is one sequence of LENGTH token ids; the reversals, one
+        line each, go to ``out`` (default ``reversed.txt``)."""
+        rows = [[int(t) for t in line.split()] for name in inputs for line in Path(name).read_text().splitlines()
+                if line.strip()]
+        if not rows or any(len(r) != LENGTH or not all(SPECIALS <= t < VOCAB for t in r) for r in rows):
+            raise ValueError(f"give lines of {LENGTH} token ids in [{SPECIALS}, {VOCAB}), separated by spaces")
+        src, _ = run.task._pair(torch.tensor(rows))
+        with torch.no_grad():
+            decoded = greedy_decode(run.model, src.to(run.device), max_len=LENGTH + 1).cpu()  # (B, L + 1)
+        path = Path(out or "reversed.txt")
+        path.write_text("".join(" ".join(map(str, r[:LENGTH])) + "\n" for r in decoded.tolist()))
+        return f"reversed {len(rows)} sequences into {path}"
+
     def evaluate(self, model, split):
         return self._predict(model, split)
 
@@ -120,8 +141,5 @@ class ReverseTask(Task):
         return entropy(Counter(tgt[:, 1:].flatten().tolist()))
 
 
-def register_task(tasks: dict[str, str], monkeypatch) -> None:
-    """Register the task (in ``tasks``, the task registry) and the classic model and RoPE for it."""
-    monkeypatch.setitem(tasks, NAME, f"{__name__}:ReverseTask")
-    for variant in ("classic", "rope"):
-        register(dataclasses.replace(get_variant(variant, "translation"), tasks=(NAME,)))
+for _variant in ("classic", "rope"):  # the zoo's own variants, registered for this task too
+    register(dataclasses.replace(get_variant(_variant, "translation"), tasks=(NAME,)))
