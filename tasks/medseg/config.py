@@ -21,8 +21,8 @@ from zoo.vision import patch_sides
 
 TTA = ("none", "mirror")
 
-# What `patch_size` is given as; it holds the tuple once the config is built, read by the one parser of a patch
-# (zoo.vision.patch_sides). `str` comes first so that the command line hands the flag's text over as it is.
+# What `patch_size` may be given as. `str` comes first: the command line builds a flag's value with the hint's first
+# type, so it hands the text over as it is, for the one parser of a patch (zoo.vision.patch_sides).
 PatchSize = str | tuple[int, int, int]
 
 
