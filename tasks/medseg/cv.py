@@ -34,11 +34,12 @@ from core.atomic import write_json_atomic, write_text_atomic
 from core.tables import markdown_table
 from tasks.engine.config import check_folder
 from tasks.engine.same_run import setting_differences
+from tasks.medseg.config import MedsegConfig
 from tasks.medseg.data import load_medseg
 from tasks.medseg.folds import SPLITS_FILE, resolve_folds, write_splits
 from tasks.medseg.metrics import CONVENTIONS
 from tasks.medseg.nnunet_eval import aggregate, summary_lines, write_summary_json
-from tasks.medseg.task import MedsegConfig, nifti_options
+from tasks.medseg.task_data import nifti_options
 from tasks.sweeps.driver import run_sweep
 from tasks.sweeps.launchers import Launch
 from tasks.sweeps.plan import RunSpec

@@ -53,12 +53,13 @@ intensities go through the modality rules recorded in run.json, which prediction
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from tasks.engine.distributed import DistInfo
+from tasks.engine.registry import register_task
 from tasks.engine.task import Task
 from tasks.medseg import paired
 from tasks.medseg.config import MedsegConfig
@@ -69,10 +70,15 @@ from tasks.medseg.task_training import MedsegTraining, warmup_poly
 from tasks.medseg.volume import SegData, Volume
 from zoo.analysis.delta import TaskShape
 
+if TYPE_CHECKING:  # annotations only: runs and sweeps sit above the tasks
+    from tasks.runs.run import Run
+    from tasks.sweeps.launchers import Launch
+
 # MedsegConfig and the last three are re-exported from the modules that define them
 __all__ = ["MedsegConfig", "MedsegTask", "nifti_options", "warmup_poly", "zoom_slices"]
 
 
+@register_task
 class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
     """The task, one job per mixin: :class:`~tasks.medseg.task_data.MedsegData` reads and splits the data and
     records its preprocessing, :class:`~tasks.medseg.task_training.MedsegTraining` builds and trains the model,
@@ -113,6 +119,21 @@ class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
 
         _, out_dir, lines = score_folders(pred, labels, dataset_json, out, chill=chill)
         return [*lines, f"outputs in {out_dir}/ (summary.json: nnU-Net's; metrics.json: both HD95 conventions)"]
+
+    @classmethod
+    def predict_inputs(cls, run: Run, inputs: list[str], out: str | None, progress: bool = True,
+                       **options: Any) -> str:
+        """Segment volume files and folders, or a cv folder's ensemble (:mod:`tasks.medseg.predict`)."""
+        from tasks.medseg.predict import predict
+
+        return predict(run, inputs, out, progress=progress, **options)
+
+    @classmethod
+    def cross_validate(cls, config: MedsegConfig, launch: Launch | None = None) -> tuple[dict[str, Any], list[str]]:
+        """Every fold as one sweep, summarised as nnU-Net's cross-validation is (:mod:`tasks.medseg.cv`)."""
+        from tasks.medseg.cv import cross_validate
+
+        return cross_validate(config, launch)
 
     def __init__(self, config: MedsegConfig, device: torch.device, dist: DistInfo) -> None:
         super().__init__(config, device, dist)
