@@ -107,15 +107,16 @@ def counterpart_of(task_name: str, registration: Variant | None, preset: str | N
 
 def refuse_undeclared(task_name: str, entries: list[Entry], preset: str | None, model: dict[str, Any]) -> None:
     """Refuse, before any training, the entries whose variant has undeclared differences at ``preset`` with the
-    ``model`` overrides (each entry's own overrides added).
+    ``model`` overrides (each entry's own overrides added). An entry without its ``registration`` is resolved here.
 
     Raises:
         ValueError: naming each such variant, its differences and the fixes.
     """
-    found = {}
+    found, cls = {}, task_class(task_name)
     for entry in entries:
         if entry.variant not in found:
-            found[entry.variant] = counterpart_of(task_name, entry.registration, preset, {**model, **entry.model})
+            registration = entry.registration or cls.resolve_variant(entry.variant)
+            found[entry.variant] = counterpart_of(task_name, registration, preset, {**model, **entry.model})
     bad = [f"variant {name!r} differs from its classic counterpart ({reference.label}) where no declared change "
            f"reverts it: {', '.join(d.values for d in reference.differences)}"
            for name, reference in found.items() if reference is not None and reference.differences]

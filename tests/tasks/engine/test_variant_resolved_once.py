@@ -98,3 +98,13 @@ def test_a_run_folder_whose_variant_disagrees_with_its_config_is_refused():
     task = TranslationTask(TranslationConfig(variant="pre-ln"), torch.device("cpu"), DistInfo())
     with pytest.raises(ValueError, match="run.json names the variant 'classic' but its config says 'pre-ln'"):
         task.build_saved_model("classic", {})
+
+
+
+def test_an_entry_without_its_registration_is_still_checked_for_undeclared_differences(monkeypatch):
+    import tasks.compare.sweep as sweep
+
+    seen = []
+    monkeypatch.setattr(sweep, "counterpart_of", lambda task_name, registration, *rest: seen.append(registration))
+    sweep.refuse_undeclared("translation", [sweep.Entry("pre-ln", "pre-ln")], "tiny", {})
+    assert seen == [zoo.registry.get_variant("pre-ln", "translation")]  # not None, which would skip the check
