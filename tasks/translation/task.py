@@ -41,7 +41,6 @@ from tasks.translation.metrics import bleu_by_length, sentence_scores, translati
 from tasks.translation.tokenizer import KINDS, SPECIALS, Tokenizer
 from zoo.analysis.delta import TaskShape
 from zoo.analysis.doctor import Batch, entropy, seq2seq_batch
-from zoo.registry import get_variant
 
 if TYPE_CHECKING:  # annotations only: runs sit above the tasks
     from tasks.runs.run import Run
@@ -186,7 +185,7 @@ class TranslationTask(Task):
 
     def build_model(self) -> nn.Module:
         c: TranslationConfig = self.config
-        variant = get_variant(c.variant, self.name)
+        variant = self.variant  # translation has no reference models: always a registration
         preset = c.preset or (DEFAULT_PRESET if DEFAULT_PRESET in variant.presets else None)
         self.preset = preset
         tok = self.tokenizer
