@@ -220,7 +220,7 @@ class Trainer:
         task.setup()
         self.model = task.build_model()
         # --init-from (a resumed run's checkpoint holds its weights) and --freeze: tasks.engine.pretrained
-        self.initialisation = initialise(self.model, c) if not resuming else None
+        self.initialisation = initialise(self.model, c, task.variant) if c.init_from and not resuming else None
         self.frozen = freeze(self.model, c)
         self.model = self.model.to(self.device)
         self.optimizer = task.make_optimizer(self.model)
