@@ -187,7 +187,7 @@ def register_kernel(name: str, kernel_class: type[AttentionKernel]) -> None:
 def build_kernel(name: str, dropout: float = 0.0, **options) -> AttentionKernel:
     """The kernel called ``name``, with attention-weight ``dropout`` and kernel-specific ``options``."""
     if name not in KERNELS:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name("attention kernel", name, KERNELS)
     return KERNELS[name](dropout=dropout, **options)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 
 
 class KVCache:

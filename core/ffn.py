@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from core.errors import check_positive, check_probability, unknown_name
+from plumbing.errors import check_positive, check_probability, unknown_name
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 

@@ -17,7 +17,7 @@ INIT_SCHEMES = ("xavier", "normal", "torch")
 def init_weights(model: nn.Module, scheme: str = "xavier", std: float = 0.02) -> None:
     """Initialise ``model`` in place with ``scheme`` (see the module docstring)."""
     if scheme not in INIT_SCHEMES:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name("init scheme", scheme, INIT_SCHEMES)
     if scheme == "torch":

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from torch import Tensor, nn
 
 from core.decoding import KVCache
-from core.errors import check_probability
 from core.ffn import apply_ffn
+from plumbing.errors import check_probability
 
 NormFactory = Callable[[int], nn.Module]
 

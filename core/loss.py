@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.errors import check_probability
+from plumbing.errors import check_probability
 
 
 class LabelSmoothedCrossEntropy(nn.Module):

@@ -16,13 +16,13 @@ from torch import Tensor, nn
 from core.attention import KERNELS, build_kernel
 from core.decoding import KVCache
 from core.embedding import TokenEmbedding, check_token_ids
-from core.errors import check_choices, check_positive, check_probability, unknown_name
 from core.ffn import ACTIVATIONS, FFN_TYPES, build_ffn
 from core.init import INIT_SCHEMES, init_weights
 from core.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, layer_norm
 from core.masks import padding_mask
 from core.multihead import MultiHeadAttention
 from core.position import POSITIONAL_SCHEMES, build_position
+from plumbing.errors import check_choices, check_positive, check_probability, unknown_name
 
 
 @dataclass

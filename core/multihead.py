@@ -22,9 +22,9 @@ from torch import Tensor, nn
 
 from core.attention import AttentionKernel, RecurrentKernel, ScaledDotProductAttention
 from core.decoding import KVCache
-from core.errors import check_positive
 from core.masks import check_mask
 from core.position import PositionalScheme
+from plumbing.errors import check_positive
 
 
 class MultiHeadAttention(nn.Module):

@@ -32,7 +32,7 @@ _ATTR = "zoo_part"
 def check_part(part: str) -> str:
     """Return ``part`` if it is a known part name, else raise a ValueError with a suggestion."""
     if part not in PARTS:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name("part", part, PARTS)
     return part

@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from core.errors import check_positive, unknown_name
+from plumbing.errors import check_positive, unknown_name
 
 
 class PositionalScheme(nn.Module):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 
 
 def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:

@@ -1,5 +1,5 @@
-"""Every module of core/, zoo/ and tasks/ imports; the imports among them — inside functions too, since an import
-made on call is an import — form no cycle; and the floors of the house import one way only, downwards:
+"""Every module of plumbing/, core/, zoo/ and tasks/ imports; the imports among them — inside functions too, since an
+import made on call is an import — form no cycle; and the floors of the house import one way only, downwards:
 
     zoo (the package's front door: zoo.create, zoo.load_run)
     tasks.cli                                   the `zoo` command
@@ -12,7 +12,8 @@ made on call is an import — form no cycle; and the floors of the house import 
     tasks.engine                                Task, trainer, config, checkpoints, precision
     zoo.analysis                                delta, attribution, probes, counterpart, the doctor's checks
     zoo.*                                       registry, classic, vision base, the variants
-    core                                        the classic Transformer and the utilities every floor uses
+    core                                        the classic Transformer and its interchangeable parts
+    plumbing                                    atomic writes, errors, configs from JSON, tables: used on every floor
 
 Packages on one floor of tasks/ do not import each other (a fourth task runner needs none of the three).
 Imports under ``if TYPE_CHECKING:`` are annotations, never run, and are not counted.
@@ -27,10 +28,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("core", "zoo", "tasks")
+LAYERS = ("plumbing", "core", "zoo", "tasks")
 # (package prefix, floor): a module may import modules on lower floors, and its own package on its own floor
 FLOORS = (
-    ("core", 0), ("zoo.analysis", 2), ("zoo", 1),
+    ("plumbing", -1), ("core", 0), ("zoo.analysis", 2), ("zoo", 1),
     ("tasks.engine", 3), ("tasks.runs", 4), ("tasks.sweeps", 5),
     ("tasks.compare", 6), ("tasks.plugins", 6), ("tasks.doctor", 6),
     ("tasks.translation", 7), ("tasks.cifar", 7), ("tasks.medseg", 7),
@@ -206,7 +207,7 @@ def test_the_floor_check_catches_an_import_upwards_and_between_siblings():
 
 def test_floors_import_one_way_counting_imports_on_call():
     """Arrows point down: cli -> lab -> task runners -> compare/plugins/doctor -> runs -> engine -> zoo.analysis
-    -> zoo -> core, and only the front door (zoo.load_run) reaches up into tasks."""
+    -> zoo -> core -> plumbing, and only the front door (zoo.load_run) reaches up into tasks."""
     wrong = floor_violations({module: all_imports(module) for module in MODULES})
     assert not wrong, "imports against the floors (see tests/test_imports.py): " + ", ".join(wrong)
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from torch import nn
 
-from core.errors import check_bool, unknown_name
 from core.parts import check_part
+from plumbing.errors import check_bool, unknown_name
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +386,7 @@ def create(name: str, preset: str | None = None, task: str | None = None, pretra
     if pretrained is None:
         variant = get_variant(name, task)
         return variant.build(variant.config(preset, **overrides))
-    from core.configs import config_from_dict
+    from plumbing.configs import config_from_dict
     from zoo.weights.sources import read_source
     from zoo.weights.transfer import load_pretrained
 

@@ -24,10 +24,10 @@ import torch
 from torch import Tensor, nn
 
 from core.embedding import TokenEmbedding
-from core.errors import check_positive, unknown_name
 from core.ffn import PositionwiseFFN
 from core.layers import Decoder, DecoderLayer, layer_norm
 from core.multihead import MultiHeadAttention
+from plumbing.errors import check_positive, unknown_name
 
 
 def drop_path_rates(max_rate: float, depth: int) -> list[float]:

@@ -97,7 +97,7 @@ def policy_transform(policy: str, ops: int = 2, magnitude: int = 9):
     from torchvision.transforms import v2
 
     if policy not in POLICIES:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name("augmentation policy", policy, POLICIES)
     if policy == "randaugment":

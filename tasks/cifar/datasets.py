@@ -226,7 +226,7 @@ def download_cifar(root: Path, name: str) -> None:
 def load_cifar(root: str | Path, name: str, download: bool = False) -> ImageDataset:
     """CIFAR-10 or CIFAR-100 (fine labels) from the python-version layout under ``root``."""
     if name not in CIFAR_LAYOUTS:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name("CIFAR dataset", name, CIFAR_LAYOUTS)
     root, layout = Path(root), CIFAR_LAYOUTS[name]
@@ -268,7 +268,7 @@ def load_images(dataset: str = "auto", data: str | Path | None = None, download:
     from its contents). ``download`` fetches CIFAR-10/100 into the folder first (needs internet).
     """
     if dataset != "auto" and dataset not in DATASETS:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name("dataset", dataset, ("auto", *DATASETS))
     if data is None:

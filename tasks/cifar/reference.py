@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 
 RESNET18_WIDTH = 64  # channels of the first stage; the stages have w, 2w, 4w, 8w
 

@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.errors import check_bool, check_int, check_number, check_positive, check_probability, unknown_name
-from core.tables import markdown_table
+from plumbing.errors import check_bool, check_int, check_number, check_positive, check_probability, unknown_name
+from plumbing.tables import markdown_table
 from tasks.cifar import paired
 from tasks.cifar.augment import (
     POLICIES,

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.compare.paired import OTHER_TESTS
 from tasks.compare.stats import MIN_SEEDS
 from tasks.runs.records import _plain

@@ -37,7 +37,7 @@ MIN_SEEDS = 3
 
 def check_alpha(alpha: float) -> None:
     """Raise unless ``alpha`` is a significance level strictly between 0 and 1."""
-    from core.errors import check_number
+    from plumbing.errors import check_number
 
     check_number("alpha", alpha, 0, 1, low_open=True, high_open=True, hint="e.g. 0.05")
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 from tasks.compare.paired import describe_test, paired_statistics, task_metrics
 from tasks.compare.report import write_comparison
 from tasks.compare.run_results import RunResult, check_pairable, group_by_variant, read_result

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from core.attention import AttentionKernel, reference_attention
-from core.errors import unknown_name
 from core.multihead import MultiHeadAttention
 from core.position import PositionalScheme
+from plumbing.errors import unknown_name
 
 QK_FACTOR = 4.0  # qk-scaled: every score ×16, far outside what training converged to
 

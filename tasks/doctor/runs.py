@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 from tasks.doctor.mistakes import Mistake, get_mistake
 from tasks.engine.distributed import DistInfo, select_device
 from tasks.engine.registry import task_class

@@ -212,7 +212,7 @@ BUDGETS = {"epochs": EpochBudget, "time": TimeBudget, "flops": FlopBudget}
 
 def parse_budget(text: str) -> Budget:
     """``"epochs=3"``, ``"time=120"`` (seconds) or ``"flops=2e13"`` -> a :class:`Budget`."""
-    from core.errors import unknown_name
+    from plumbing.errors import unknown_name
 
     if not isinstance(text, str) or "=" not in text:
         raise ValueError(f"--budget must be KIND=VALUE with KIND one of {', '.join(KINDS)} (e.g. time=600), "

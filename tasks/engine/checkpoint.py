@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.atomic import atomic_open
+from plumbing.atomic import atomic_open
 from tasks.engine.same_run import describe_differences, setting_differences
 
 FORMAT_VERSION = 1
@@ -57,7 +57,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (:mod:`core.atomic`: temporary file + fsync + ``os.replace``)."""
+    """Write ``state`` to ``path`` atomically (:mod:`plumbing.atomic`: temporary file + fsync + ``os.replace``)."""
     state = {**state, "format_version": FORMAT_VERSION, "package_version": package_version()}
     with atomic_open(path, binary=True, fsync=True) as f:
         torch.save(state, f)

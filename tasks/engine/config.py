@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_json_atomic
-from core.configs import config_from_dict  # noqa: F401  (re-exported: run loading, sweeps)
-from core.errors import check_bool, check_int, check_number, check_positive, unknown_name
+from plumbing.atomic import write_json_atomic
+from plumbing.configs import config_from_dict  # noqa: F401  (re-exported: run loading, sweeps)
+from plumbing.errors import check_bool, check_int, check_number, check_positive, unknown_name
 
 
 def cache_root() -> Path:
@@ -186,7 +186,7 @@ def parse_assignments(items: list[str] | None, config_class: type | None = None)
         key, text = item.split("=", 1)
         key = key.strip().replace("-", "_")
         if config_class is not None and key not in hints:
-            from core.errors import unknown_name
+            from plumbing.errors import unknown_name
 
             raise unknown_name(f"field of {config_class.__name__}", key, hints)
         try:

@@ -140,7 +140,7 @@ def matmul_peak(device: torch.device | str = "cpu", precision: str = "fp32", *, 
     if refresh or precision not in entry["peaks"]:
         log.info("probing the %s matmul peak of %s at %d thread(s)", precision, key["device"], key["threads"])
         entry["peaks"][precision] = probe_matmul(device, precision, size)
-        from core.atomic import write_json_atomic
+        from plumbing.atomic import write_json_atomic
 
         try:
             write_json_atomic(path, entry)

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 from tasks.engine.config import PRECISIONS, cache_root
 from tasks.engine.mfu import machine_key
 
@@ -278,7 +278,7 @@ def _read_cache() -> dict[str, Any]:
 
 
 def _write_cache(key: str, entry: dict[str, Any]) -> None:
-    from core.atomic import write_json_atomic
+    from plumbing.atomic import write_json_atomic
 
     try:
         write_json_atomic(cache_path(), {**_read_cache(), key: entry})

@@ -16,7 +16,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 
 if TYPE_CHECKING:  # imported in the functions: a task module imports the registry while it defines its class
     from tasks.engine.task import Task

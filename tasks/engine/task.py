@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 from tasks.engine.config import TrainConfig, config_from_dict
 from tasks.engine.distributed import DistInfo
 from zoo.analysis.delta import TaskShape

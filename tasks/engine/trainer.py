@@ -30,8 +30,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from core.atomic import write_text_atomic
 from core.sidechannels import auxiliary_loss
+from plumbing.atomic import write_text_atomic
 from tasks.engine.budget import TrainingFlopCounter, parse_budget
 from tasks.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.engine.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard

@@ -305,7 +305,7 @@ def _plot_positions(runs: dict[str, Run], path) -> str:
 
 
 def _body(f: dict) -> str:
-    from core.tables import markdown_table
+    from plumbing.tables import markdown_table
 
     tf, ss = f["teacher_forcing"], f["scheduled_sampling"]
     table = [{"training": name, "TF loss": r["tf_loss"], "TF token acc": r["tf_accuracy"],

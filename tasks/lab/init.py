@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from core.multihead import MultiHeadAttention
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.scale import ProbedRun, probe_batch, train_probed
 from tasks.lab.toolkit import bleu, figure, noam, save, small_transformer, smooth, translation_data

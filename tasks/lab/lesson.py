@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_text_atomic
-from core.errors import unknown_name
+from plumbing.atomic import write_text_atomic
+from plumbing.errors import unknown_name
 
 
 @dataclass(frozen=True)

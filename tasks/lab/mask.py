@@ -220,7 +220,7 @@ def _plot(right: dict, zero: dict, data: Seq2SeqData, settings: LabSettings) -> 
 
 
 def run(settings: LabSettings) -> LessonResult:
-    from core.tables import markdown_table
+    from plumbing.tables import markdown_table
 
     data = translation_data(3000, seed=settings.seed)
     steps = settings.steps(1500, 400)

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 import zoo.moe.layer as moe_layer
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import (
     Seq2SeqData,

@@ -216,7 +216,7 @@ def findings_of(runs: list[Run], plateau: float) -> dict:
 
 def body_of(runs: list[Run], plateau: float) -> str:
     """The markdown of ``lesson.md``: the setting, the table of the 12 runs, and why."""
-    from core.tables import markdown_table
+    from plumbing.tables import markdown_table
 
     rows = [{"norm": r.placement, "depth": r.depth, "schedule": "Noam warm-up" if r.warmup else "constant",
              "steps": r.steps, "outcome": r.status, "first loss": r.log.loss[0] if r.log.loss else None,

@@ -18,7 +18,7 @@ import torch
 from core.accounting import article_estimate, attention_parameters, classic_parameters
 from core.model import Transformer, build_transformer
 from core.parts import parameters_by_part
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import figure, save
 

@@ -33,7 +33,7 @@ from core.init import init_weights
 from core.model import Transformer
 from core.multihead import MultiHeadAttention
 from core.position import POSITIONAL_SCHEMES, PositionalScheme, sinusoid_table
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import (
     Seq2SeqData,

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from core.attention import ReferenceAttention, reference_attention
 from core.multihead import MultiHeadAttention
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.toolkit import (
     Seq2SeqData,

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.cifar.augment import apply_policy, augment_seed, policy_transform
 from tasks.cifar.datasets import channel_stats, load_embedded
 from tasks.cifar.distill import objective_loss

@@ -35,9 +35,9 @@ import torch
 from torch import Tensor, nn
 
 from core.attention import ScaledDotProductAttention
-from core.errors import check_positive
 from core.multihead import MultiHeadAttention
-from core.tables import markdown_table
+from plumbing.errors import check_positive
+from plumbing.tables import markdown_table
 from tasks.cifar.datasets import channel_stats
 from tasks.compare.stats import mcnemar_exact
 from tasks.lab.lesson import LabSettings, LessonResult

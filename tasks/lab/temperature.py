@@ -103,7 +103,7 @@ def measure(model: Transformer, data: Seq2SeqData, draws: int, sources: int, see
 
 
 def run(settings: LabSettings) -> LessonResult:
-    from core.tables import markdown_table
+    from plumbing.tables import markdown_table
 
     data = translation_data(3000, seed=settings.seed)
     steps = settings.steps(300, 250)  # a moderate model on purpose: a perfect one leaves sampling little room

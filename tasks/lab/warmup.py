@@ -106,7 +106,7 @@ def _row(r: Run) -> dict:
 
 def _body(runs: list[Run], plateau: float, steps: int) -> str:
     """The markdown of ``lesson.md``: the setting, the table of the runs, and why."""
-    from core.tables import markdown_table
+    from plumbing.tables import markdown_table
 
     return "\n".join([
         "## The contrast", "",

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.atomic import atomic_path, write_json_atomic, write_text_atomic
+from plumbing.atomic import atomic_path, write_json_atomic, write_text_atomic
 from tasks.engine.checkpoint import package_version
 from tasks.medseg.config import INFERENCE_OPTIONS
 from tasks.runs.run import RUN_FILE, Run, read_run_info, restore_task

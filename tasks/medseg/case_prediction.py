@@ -49,7 +49,7 @@ def save_probabilities(path: Path, probabilities: np.ndarray, class_names: Seque
     """Write ``CASE.npz``: ``probabilities`` float32 (K, ...) on the label map's grid, ``class_names``, ``spacing``
     (mm along the probabilities' spatial axes, NaN when unknown) and ``grid`` (what the axes are). Written whole or
     not at all."""
-    from core.atomic import atomic_open
+    from plumbing.atomic import atomic_open
 
     arrays = {"probabilities": np.asarray(probabilities, np.float32), "class_names": np.asarray(class_names),
               "spacing": np.asarray(spacing if spacing is not None else (np.nan,) * 3, np.float64),

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import check_int, check_number, check_positive, unknown_name
+from plumbing.errors import check_int, check_number, check_positive, unknown_name
 from tasks.engine.config import TrainConfig
 from tasks.medseg.data import ALL_DATASETS
 from tasks.medseg.metrics import CONVENTIONS

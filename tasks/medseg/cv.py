@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from core.atomic import write_json_atomic, write_text_atomic
-from core.tables import markdown_table
+from plumbing.atomic import write_json_atomic, write_text_atomic
+from plumbing.tables import markdown_table
 from tasks.engine.config import check_folder
 from tasks.engine.same_run import setting_differences
 from tasks.medseg.config import MedsegConfig

@@ -66,7 +66,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 from tasks.medseg.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES  # noqa: F401  (re-exported)
 from tasks.medseg.volume import SegData, Volume  # noqa: F401  (re-exported)
 

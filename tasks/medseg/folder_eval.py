@@ -22,7 +22,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
-from core.atomic import write_text_atomic
+from plumbing.atomic import write_text_atomic
 from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, case_status, summarise
 from tasks.medseg.nifti_layout import dataset_class_names
 from tasks.medseg.nifti_scoring import SUMMARY_FILE

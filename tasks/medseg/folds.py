@@ -14,8 +14,8 @@ from pathlib import Path
 
 from sklearn.model_selection import KFold
 
-from core.atomic import write_text_atomic
-from core.errors import check_int
+from plumbing.atomic import write_text_atomic
+from plumbing.errors import check_int
 
 NNUNET_SEED = 12345
 """The seed nnU-Net v2 draws its default 5-fold split with."""

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import ndimage
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 
 CONVENTIONS = {
     "papers": "Synapse papers' code (medpy dc/hd95): HD95 in voxels without spacing, surface distances of both "

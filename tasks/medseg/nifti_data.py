@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.atomic import atomic_open
+from plumbing.atomic import atomic_open
 from tasks.medseg.nifti_geometry import (
     IMAGE_ORDERS,
     Geometry,

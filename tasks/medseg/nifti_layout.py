@@ -37,7 +37,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 
 NIFTI_LAYOUTS = ("decathlon", "nnunet", "pairs")
 NIFTI_ENDINGS = (".nii.gz", ".nii")

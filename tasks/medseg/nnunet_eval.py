@@ -28,7 +28,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from core.atomic import write_text_atomic
+from plumbing.atomic import write_text_atomic
 from tasks.medseg.nifti_layout import AFFINE_ATOL, NIFTI_ENDINGS, nifti_stem, read_header
 
 METRICS = ("Dice", "IoU", "FP", "TP", "FN", "TN", "n_pred", "n_ref")

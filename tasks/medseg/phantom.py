@@ -50,7 +50,7 @@ import h5py
 import numpy as np
 from scipy import ndimage
 
-from core.atomic import write_folder_atomic
+from plumbing.atomic import write_folder_atomic
 from tasks.engine.config import cache_root
 from tasks.medseg.synapse import SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 

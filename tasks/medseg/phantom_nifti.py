@@ -27,7 +27,7 @@ import nibabel as nib
 import numpy as np
 from scipy import ndimage
 
-from core.atomic import write_folder_atomic
+from plumbing.atomic import write_folder_atomic
 from tasks.medseg.phantom import HU_WINDOW, default_phantom_dir, phantom_case
 from tasks.medseg.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 

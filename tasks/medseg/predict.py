@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 from tasks.engine.progress import progress_bar
 from tasks.medseg.case_prediction import mirroring_suffix, predict_case
 from tasks.medseg.volume import Volume

@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from core.errors import check_number, check_positive, unknown_name
+from plumbing.errors import check_number, check_positive, unknown_name
+from zoo.vision import patch_sides
 
 SW_MODES = ("gaussian", "constant")
 
@@ -58,9 +59,7 @@ def window_logits(model: nn.Module, image: Tensor, patch: Sequence[int], overlap
 
     if image.ndim != 4:
         raise ValueError(f"window_logits takes one volume (C, D, H, W), got shape {tuple(image.shape)}")
-    patch = tuple(int(p) for p in patch)
-    if len(patch) != 3 or min(patch) < 1:
-        raise ValueError(f"the window (patch) must be three positive sizes (D, H, W), got {patch}")
+    patch = patch_sides(patch, "the window (patch)")
     check_overlap(overlap)
     check_positive("sw_batch_size", sw_batch_size)
     logits = sliding_window_inference(image[None].float(), patch, sw_batch_size, model, overlap=overlap,

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.engine.distributed import shard
 from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
 from tasks.medseg.nifti_scoring import OriginalGeometryScores

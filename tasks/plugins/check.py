@@ -58,9 +58,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from core.errors import unknown_name
 from core.parts import PARTS, parameters_by_part
 from core.sidechannels import AuxiliaryLosses, active_parameters
+from plumbing.errors import unknown_name
 from tasks.engine.registry import task_shape
 from tasks.plugins.check_decoding import lockstep_drift
 from tasks.plugins.check_structure import anatomy, anatomy_of, build, describe, differs, types_text

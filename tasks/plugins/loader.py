@@ -103,8 +103,8 @@ def _check_new(before: tuple, source: str, root: Path | None, fallback: str) -> 
     own task trains the zoo's variants (``classic`` as its baseline) without renaming them.
     """
     from core.attention import KERNELS
-    from core.errors import unknown_name
     from core.ffn import FFN_TYPES
+    from plumbing.errors import unknown_name
 
     variants, kernels, ffns, tasks_before = before
     after, _, _, tasks_after = _registries()

@@ -34,7 +34,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def evaluate_run(run: Run, data: str | Path | None = None, split: str | None = N
     if ensemble and "members" not in task.predict_options:
         raise ValueError(f"ensembles of {task.name} runs are not supported; evaluate one run")
     if split is not None and split not in task.eval_splits:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name(f"split of the {task.name} task", split, task.eval_splits)
     if data is not None:

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.atomic import atomic_path, write_json_atomic, write_text_atomic
-from core.errors import unknown_name
+from plumbing.atomic import atomic_path, write_json_atomic, write_text_atomic
+from plumbing.errors import unknown_name
 from tasks.runs.run import RUN_FILE, WEIGHTS_FILE, Run, load_run
 
 if TYPE_CHECKING:  # annotations only

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.atomic import write_json_atomic
-from core.errors import import_extra
+from plumbing.atomic import write_json_atomic
+from plumbing.errors import import_extra
 from tasks.engine.export_graphs import Graph
 from tasks.runs.run import RUN_FILE, Run
 

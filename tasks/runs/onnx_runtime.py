@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from core.errors import import_extra
+from plumbing.errors import import_extra
 
 
 class Session:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.engine.mfu import utilisation_line
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.atomic import atomic_path
+from plumbing.atomic import atomic_path
 from tasks.engine.checkpoint import load_checkpoint, package_version
 from tasks.engine.config import config_from_dict
 from tasks.engine.distributed import DistInfo, select_device
@@ -218,7 +218,7 @@ def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "c
     runner = restore_task(info, path, device)
     dev = runner.device
     if runtime not in RUNTIMES:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name("runtime", runtime, RUNTIMES)
     if (runtime == "onnxruntime") != ("graphs" in info):

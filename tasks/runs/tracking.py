@@ -22,8 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_json_atomic
-from core.errors import import_extra
+from plumbing.atomic import write_json_atomic
+from plumbing.errors import import_extra
 from tasks.engine.callbacks import Callback
 from tasks.engine.config import tracker_names
 

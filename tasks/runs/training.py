@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_json_atomic, write_text_atomic
 from core.sidechannels import layer_statistics
-from core.tables import markdown_table
+from plumbing.atomic import write_json_atomic, write_text_atomic
+from plumbing.tables import markdown_table
 from tasks.engine.callbacks import Callback
 from tasks.engine.task import Task
 from tasks.engine.trainer import Trainer

@@ -51,7 +51,7 @@ def build_site(out: str | Path, runs: list[str | Path] = (), lessons: str | Path
     known = [r["name"] for r in rows]
     for name in variants or ():
         if name not in known:
-            from core.errors import unknown_name
+            from plumbing.errors import unknown_name
 
             raise unknown_name("variant", name, known)
     out.mkdir(parents=True, exist_ok=True)

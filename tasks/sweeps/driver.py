@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_json_atomic
+from plumbing.atomic import write_json_atomic
 from tasks.engine.config import check_folder
 from tasks.engine.trainer import REQUEUE_EXIT, PreemptedError, stop_signals
 from tasks.sweeps.launchers import Handle, Job, Launch, Launcher, SerialLauncher

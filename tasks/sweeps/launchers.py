@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import check_positive, import_extra, unknown_name
+from plumbing.errors import check_positive, import_extra, unknown_name
 from tasks.engine.budget import parse_budget
 from tasks.engine.config import config_from_dict
 from tasks.engine.registry import task_class

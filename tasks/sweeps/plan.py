@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 from tasks.engine.same_run import result_settings
 
 KINDS = ("compare", "ablate", "cv")

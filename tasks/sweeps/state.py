@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_json_atomic
+from plumbing.atomic import write_json_atomic
 from tasks.sweeps.plan import RunSpec, config_hash
 from tasks.sweeps.process import LOG_FILE, resumable
 

@@ -62,7 +62,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
-from core.errors import unknown_name
+from plumbing.errors import unknown_name
 
 # ---------------------------------------------------------------- lexicon
 

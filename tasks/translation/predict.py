@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 from tasks.runs.run import Run
 
 STDIN = "-"

@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.decoding import beam_search, greedy_decode, sample_decode, strip_special
-from core.errors import check_int, check_number, check_positive, check_probability, unknown_name
 from core.schedule import NoamLR
-from core.tables import markdown_table
+from plumbing.errors import check_int, check_number, check_positive, check_probability, unknown_name
+from plumbing.tables import markdown_table
 from tasks.engine.config import TrainConfig
 from tasks.engine.distributed import shard
 from tasks.engine.progress import progress_bar

@@ -21,7 +21,7 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from core.errors import check_positive, unknown_name
+from plumbing.errors import check_positive, unknown_name
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 """Special tokens; their ids are their positions: pad 0, bos 1, eos 2, unk 3."""

@@ -1,6 +1,6 @@
-"""Files written atomically (core.atomic) get an ordinary file's mode: a colleague can read a run.
+"""Files written atomically (plumbing.atomic) get an ordinary file's mode: a colleague can read a run.
 
-``tempfile.mkstemp`` creates 0600 files (and safetensors 0.8 writes its own 0600 file): before core.atomic a
+``tempfile.mkstemp`` creates 0600 files (and safetensors 0.8 writes its own 0600 file): before plumbing.atomic a
 run's run.json and checkpoints and an exported model.safetensors were readable by their owner alone. Each test
 sets the umask it needs and puts the old one back.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.atomic import atomic_open, atomic_path, temporary_folder, umask, write_json_atomic, write_text_atomic
+from plumbing.atomic import atomic_open, atomic_path, temporary_folder, umask, write_json_atomic, write_text_atomic
 from tasks.engine.checkpoint import save_checkpoint
 from tasks.medseg.folds import write_splits
 from tasks.medseg.nnunet_eval import write_summary_json
@@ -93,7 +93,7 @@ def test_a_trained_and_exported_run_is_readable_by_others(tmp_path, set_umask):
     export = export_run(run)
     files = [run / "run.json", run / "checkpoints" / "best.pt", run / "checkpoints" / "last.pt",
              export / "run.json", export / "model.safetensors"]
-    assert {str(f): oct(mode(f)) for f in files} == {str(f): "0o644" for f in files}  # 0o600 before core.atomic
+    assert {str(f): oct(mode(f)) for f in files} == {str(f): "0o644" for f in files}  # 0o600 before plumbing.atomic
     assert json.loads((export / "run.json").read_text())["weights"] == "model.safetensors"
     assert leftovers(tmp_path) == []
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.errors import check_bool, check_choices
+from plumbing.errors import check_bool, check_choices
 from zoo.vit.config import ViTConfig
 
 DISTILLATIONS = ("hard", "none")

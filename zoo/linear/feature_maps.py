@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.errors import check_positive, unknown_name
+from plumbing.errors import check_positive, unknown_name
 
 
 def _apply_key_mask(phi_k: Tensor, key_mask: Tensor | None) -> Tensor:

@@ -23,8 +23,8 @@ from einops import rearrange
 from torch import Tensor
 
 from core.attention import RecurrentKernel
-from core.errors import check_positive
 from core.masks import causal_mask
+from plumbing.errors import check_positive
 from zoo.linear.feature_maps import build_feature_map
 
 State = tuple[Tensor, Tensor]  # (S (B, H, M, Dv), z (B, H, M)): the sums over every key seen so far

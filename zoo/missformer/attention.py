@@ -22,8 +22,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from core.attention import AttentionKernel
-from core.errors import check_positive
 from core.multihead import MultiHeadAttention
+from plumbing.errors import check_positive
 from zoo.missformer.maps import as_map, channels_first, convolution, tokens
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from core.attention import KERNELS
-from core.errors import check_bool, check_choices, check_int_tuple, check_positive, check_probability
 from core.ffn import ACTIVATIONS
+from plumbing.errors import check_bool, check_choices, check_int_tuple, check_positive, check_probability
 from zoo.vision import volume_patch
 
 TOKENIZERS = ("overlap", "patch", "vocabulary")

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from core.errors import check_positive, check_probability, unknown_name
 from core.ffn import ACTIVATIONS, PositionwiseFFN
+from plumbing.errors import check_positive, check_probability, unknown_name
 from zoo.missformer.maps import channels_first, channels_last, convolution
 
 

@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.errors import check_positive, unknown_name
 from core.ffn import PositionwiseFFN
+from plumbing.errors import check_positive, unknown_name
 from zoo.moe.dispatch import Dispatch, blockwise, plan_dispatch
 from zoo.moe.router import Routing, TopKRouter
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 
 
 class Routing(NamedTuple):

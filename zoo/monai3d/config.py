@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from core.errors import check_int_tuple, check_positive, check_probability
+from plumbing.errors import check_int_tuple, check_positive, check_probability
 from zoo.vision import volume_patch
 
 

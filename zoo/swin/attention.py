@@ -22,7 +22,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from core.attention import AttentionKernel, ScaledDotProductAttention
-from core.errors import check_positive
+from plumbing.errors import check_positive
 from zoo.swin.relative_position import RelativePositionBias
 from zoo.swin.windows import shifted_window_mask, window_token_index
 

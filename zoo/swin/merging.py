@@ -13,7 +13,7 @@ from __future__ import annotations
 from einops import rearrange
 from torch import Tensor, nn
 
-from core.errors import check_positive
+from plumbing.errors import check_positive
 
 
 class PatchMerging(nn.Module):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from core.errors import check_positive
 from core.position import PositionalScheme
+from plumbing.errors import check_positive
 
 
 def relative_position_index(window: int, device=None) -> Tensor:

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.attention import KERNELS
-from core.errors import check_choices, check_positive, check_probability
 from core.ffn import ACTIVATIONS, FFN_TYPES
+from plumbing.errors import check_choices, check_positive, check_probability
 from zoo.vision import READOUTS, check_image_geometry
 
 TOKENIZERS = ("patch", "vocabulary")

@@ -15,8 +15,8 @@ Shape: ``(..., D) -> (..., D)``.
 
 from torch import Tensor, nn
 
-from core.errors import check_bool, unknown_name
 from core.ffn import PositionwiseFFN
+from plumbing.errors import check_bool, unknown_name
 
 GATES: dict[str, type[nn.Module]] = {"silu": nn.SiLU, "sigmoid": nn.Sigmoid, "relu": nn.ReLU, "gelu": nn.GELU,
                                      "identity": nn.Identity}

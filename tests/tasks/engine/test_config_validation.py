@@ -9,7 +9,7 @@ import typing
 
 import pytest
 
-from core.errors import check_int, check_number
+from plumbing.errors import check_int, check_number
 from tasks.cifar.task import CifarConfig
 from tasks.engine.config import TrainConfig, field_help
 from tasks.medseg.task import MedsegConfig

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from tasks.medseg.metrics import (
     CONVENTIONS,
     case_scores,

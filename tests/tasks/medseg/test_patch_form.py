@@ -16,7 +16,7 @@ import tasks.medseg.config
 import tasks.medseg.patches
 import tasks.medseg.task_data
 import zoo.vision
-from core.configs import config_from_dict
+from plumbing.configs import config_from_dict
 from tasks.engine.config import add_config_arguments, config_from_args
 from tasks.engine.distributed import DistInfo
 from tasks.medseg.config import MedsegConfig

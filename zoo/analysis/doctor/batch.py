@@ -82,7 +82,7 @@ def as_batch(model: nn.Module, batch: Batch | tuple | list, kind: str | None = N
                         "got "
                         f"{type(batch).__name__}")
     if kind is not None and kind not in KINDS:
-        from core.errors import unknown_name
+        from plumbing.errors import unknown_name
 
         raise unknown_name("batch kind", kind, KINDS)
     if kind is None:

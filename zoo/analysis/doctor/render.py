@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_text_atomic
+from plumbing.atomic import write_text_atomic
 from zoo.analysis.doctor.findings import CHECKS, CheckResult, Diagnosis
 
 LESSON_LINKS = "`zoo lab {}`"

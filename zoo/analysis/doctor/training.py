@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from core.tables import markdown_table
+from plumbing.tables import markdown_table
 from zoo.analysis.doctor.curve import curve_checks
 from zoo.analysis.doctor.examine import examine, is_post_ln
 from zoo.analysis.doctor.findings import Diagnosis, Finding
