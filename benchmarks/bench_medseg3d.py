@@ -10,7 +10,8 @@ What is measured (float32, CPU):
   wrapper, which checks the input and tags parts), the peer is MONAI's network constructed directly with the same
   arguments and our weights. Target: ours/peer <= 1.05 (the wrapper must cost nothing). ``missformer3d`` has no
   MONAI original: its row is timed against ``dynunet`` (an info row, no target).
-* **sliding-window inference of one volume** (eval, no gradients): ours is :func:`tasks.medseg.sliding.window_logits`
+* **sliding-window inference of one volume** (eval, no gradients): ours is
+:func:`tasks.medseg.inference.sliding.window_logits`
   with the registered build, as ``zoo evaluate`` / ``zoo predict`` call it (overlap 0.5, Gaussian weighting, 2
   windows per pass), the peer is ``monai.inferers.sliding_window_inference`` called on MONAI's network directly with
   the same settings. Target <= 1.05.
@@ -45,7 +46,7 @@ CLASSES, TARGET = 9, 1.05
 VOLUMES = {"swinunetr3d": (64, 128, 128)}  # a volume a few windows wide; others (48, 128, 128)
 MEMORY_CHILD = """
 import json, os, sys, threading, time, torch, zoo
-from tasks.medseg.sliding import window_logits
+from tasks.medseg.inference.sliding import window_logits
 torch.set_num_threads(1)
 page = os.sysconf("SC_PAGE_SIZE")
 def rss():
@@ -115,7 +116,7 @@ def bench_train(name: str, warmup: int, rounds: int, clock) -> Row:
 def bench_inference(name: str, warmup: int, rounds: int, clock) -> Row:
     from monai.inferers import sliding_window_inference
 
-    from tasks.medseg.sliding import window_logits
+    from tasks.medseg.inference.sliding import window_logits
 
     torch.manual_seed(0)
     ours = zoo.create(name, preset="cpu", num_classes=CLASSES).eval()

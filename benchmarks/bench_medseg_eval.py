@@ -5,7 +5,7 @@ Run: ``.venv/bin/python benchmarks/bench_medseg_eval.py [--quick] [--threads N] 
 What is measured, on the default run's test set (the 12 phantom test cases of ``zoo train medseg`` with no
 ``--data``, written to ``$ZOO_CACHE`` on first use; the phantom's HDF5 files give each case its spacing):
 
-* ours: ``tasks.medseg.metrics.case_scores_per_convention`` (what ``MedsegTask.case_record`` calls): each
+* ours: ``tasks.medseg.evaluation.metrics.case_scores_per_convention`` (what ``MedsegTask.case_record`` calls): each
   organ's masks, Dice and surfaces once, distances in voxels once and in mm once more only where the spacing
   is known, distance transforms evaluated at the surface voxels only;
 * peer: ``case_scores`` once per convention (what ``case_record`` ran before): the whole computation twice.
@@ -44,11 +44,11 @@ import numpy as np
 import torch
 from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, time_pair, timed_row
 
-import tasks.medseg.task_evaluation as medseg_task
+import tasks.medseg.evaluation.task_evaluation as medseg_task
 from tasks.engine.distributed import DistInfo
-from tasks.medseg.metrics import CONVENTIONS, case_scores, case_scores_per_convention
+from tasks.medseg.evaluation.metrics import CONVENTIONS, case_scores, case_scores_per_convention
+from tasks.medseg.reading.volume import Volume
 from tasks.medseg.task import MedsegConfig, MedsegTask
-from tasks.medseg.volume import Volume
 
 
 def per_convention(pred: np.ndarray, gt: np.ndarray, num_classes: int, spacing) -> dict:

@@ -115,7 +115,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     if args.format == "monai-bundle":
-        from tasks.medseg.bundle import export_bundle
+        from tasks.medseg.inference.bundle import export_bundle
         from tasks.runs.run import load_run
 
         run = load_run(args.run, args.checkpoint, task="medseg")

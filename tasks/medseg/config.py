@@ -14,9 +14,9 @@ import numpy as np
 
 from plumbing.errors import check_int, check_number, check_positive, unknown_name
 from tasks.engine.config import TrainConfig
-from tasks.medseg.data import ALL_DATASETS
-from tasks.medseg.metrics import CONVENTIONS
-from tasks.medseg.sliding import check_mode, check_overlap, parse_axes
+from tasks.medseg.evaluation.metrics import CONVENTIONS
+from tasks.medseg.inference.sliding import check_mode, check_overlap, parse_axes
+from tasks.medseg.reading.data import ALL_DATASETS
 from zoo.vision import patch_sides
 
 TTA = ("none", "mirror")
@@ -58,9 +58,9 @@ class MedsegConfig(TrainConfig):
     # (an epoch took > 5 min with 2 threads next to another job, 15–40 s with one). 0 keeps torch's default.
     num_threads: int = 1
     overlay_slices: int = 4  # test slices shown in overlays.png
-    # NIfTI folders (tasks.medseg.nifti_data): the grid and intensities every case is brought to, saved in run.json
-    # so that `zoo predict` repeats them on new files. A window starting with a minus sign needs the = form on the
-    # command line: --ct-window=-100,200.
+    # NIfTI folders (tasks.medseg.preprocessing.nifti_data): the grid and intensities every case is brought to, saved
+    # in run.json so that `zoo predict` repeats them on new files. A window starting with a minus sign needs the =
+    # form on the command line: --ct-window=-100,200.
     spacing: str | None = None  # NIfTI: target spacing R,A,S mm, e.g. 0.8,0.8,3; None: the training cases' median
     ct_window: str = "-125,275"  # NIfTI CT: HU window scaled to [0, 1], e.g. --ct-window=-100,200; none: nnU-Net's rule
     image_order: int = 1  # NIfTI: image interpolation when resampling, 1 linear or 3 cubic (labels: nearest)
@@ -69,7 +69,7 @@ class MedsegConfig(TrainConfig):
     fold: str | None = None  # fold held out, 0 .. folds-1 (zoo cv: all); None: 0 on NIfTI data, else no folds
     splits: str | None = None  # splits_final.json of the folds; None: the data's, the run's, else drawn
     # 3D variants (`zoo list` shows them: swinunetr3d, unetr, dynunet) train on patches of the cases' grid, sampled
-    # as nnU-Net does, and predict whole cases through MONAI's sliding window (tasks.medseg.patches, .sliding).
+    # as nnU-Net does, and predict whole cases through MONAI's sliding window (tasks.medseg.training.patches, .sliding).
     # --patch-size's text "32,64,64" (or a config.json's list) is a tuple (D, H, W) from __post_init__ on
     patch_size: PatchSize | None = None  # 3D: D,H,W voxels of a training patch and an inference window; None: CPU-sized
     patches_per_case: int = 4  # 3D: patches drawn from each training case per epoch

@@ -9,6 +9,11 @@ reads it. A rerun reuses each fold that finished with the same settings (every f
 result, :mod:`tasks.engine.same_run`: epochs included), resumes a fold that stopped after a checkpoint, trains the
 others, and refuses a fold folder trained with other settings, naming them.
 
+Why this driver lives here and not beside the sweeps' own (:mod:`tasks.sweeps`): it plans folds from medseg's data
+(its case names, layouts and ``splits_final.json``) and summarises them with medseg's metrics (nnU-Net's
+``summary.json``), and ``tasks.sweeps`` sits on a floor below the task runners, which it must not import. What is
+generic — running the folds as runs, resuming, reusing — is the sweep machinery it calls.
+
 The cross-validation's figure is each fold's validation score (its ``valid`` split; for data without a labelled
 test split the fold's ``test`` split, which then is the validation cases). Written to ``OUT``:
 
@@ -35,11 +40,11 @@ from plumbing.tables import markdown_table
 from tasks.engine.config import check_folder
 from tasks.engine.same_run import setting_differences
 from tasks.medseg.config import MedsegConfig
-from tasks.medseg.data import load_medseg
-from tasks.medseg.folds import SPLITS_FILE, resolve_folds, write_splits
-from tasks.medseg.metrics import CONVENTIONS
-from tasks.medseg.nnunet_eval import aggregate, summary_lines, write_summary_json
-from tasks.medseg.task_data import nifti_options
+from tasks.medseg.evaluation.metrics import CONVENTIONS
+from tasks.medseg.evaluation.nnunet_eval import aggregate, summary_lines, write_summary_json
+from tasks.medseg.preprocessing.folds import SPLITS_FILE, resolve_folds, write_splits
+from tasks.medseg.preprocessing.task_data import nifti_options
+from tasks.medseg.reading.data import load_medseg
 from tasks.sweeps.driver import run_sweep
 from tasks.sweeps.launchers import Launch
 from tasks.sweeps.plan import RunSpec

@@ -1,13 +1,14 @@
 """The medical-segmentation task: 2D slices in, per-case 3D Dice and HD95 per organ out, as the Synapse papers do.
 
-Default data: the generated multi-organ phantom, written in the Synapse layout (see :mod:`tasks.medseg.phantom`).
-Real data: ``--data DIR`` holding Synapse (TransUNet's ``train_npz`` / ``test_vol_h5``), ACDC (either layout), or
-NIfTI as users hold it: a Medical Segmentation Decathlon task folder, an nnU-Net v2 raw dataset, or ``images/`` +
-``labels/`` (see :mod:`tasks.medseg.nifti_layout`). NIfTI cases are reoriented to RAS, resampled to one spacing
-(``--spacing``, default the training cases' median), normalised by modality (``--ct-window`` for CT, a z-score
-otherwise) and sliced across the axis of the largest spacing; their C channels are the model's input channels.
-``--dataset phantom-nifti`` (or ``phantom-nnunet``) writes the phantom as such a folder; ``--dataset phantom3d`` its 3D
-form, smaller cases for 3D models (``--variant dynunet``, ``swinunetr3d``, ``unetr``: patches and a sliding window).
+Default data: the generated multi-organ phantom, written in the Synapse layout (see
+:mod:`tasks.medseg.reading.phantom`). Real data: ``--data DIR`` holding Synapse (TransUNet's ``train_npz`` /
+``test_vol_h5``), ACDC (either layout), or NIfTI as users hold it: a Medical Segmentation Decathlon task folder, an
+nnU-Net v2 raw dataset, or ``images/`` + ``labels/`` (see :mod:`tasks.medseg.reading.nifti_layout`). NIfTI cases are
+reoriented to RAS, resampled to one spacing (``--spacing``, default the training cases' median), normalised by
+modality (``--ct-window`` for CT, a z-score otherwise) and sliced across the axis of the largest spacing; their C
+channels are the model's input channels. ``--dataset phantom-nifti`` (or ``phantom-nnunet``) writes the phantom as
+such a folder; ``--dataset phantom3d`` its 3D form, smaller cases for 3D models (``--variant dynunet``,
+``swinunetr3d``, ``unetr``: patches and a sliding window).
 
 Cross-validation (NIfTI data always, other data with ``--fold``): the training cases are split into ``--folds``
 folds as nnU-Net draws them (or as ``splits_final.json`` in the data folder, the run folder or ``--splits`` says),
@@ -22,23 +23,24 @@ the poly decay lr·(1 − t/T)^0.9 the papers use. The augmentation of slice ``i
 (seed, e, i) alone, so resumed and distributed runs see the same images as an uninterrupted one.
 
 3D variants (registered with ``spatial_dims=3``: ``swinunetr3d``, ``unetr``, ``dynunet``) train on patches of the
-cases' own grid instead (:mod:`tasks.medseg.patches`: ``--patch-size``, a ``--foreground`` share of them centred on an
-organ, 3D augmentation, the same loss and schedule) and predict each whole case through MONAI's sliding window
-(:mod:`tasks.medseg.sliding`: ``--overlap``, ``--sw-mode``, ``--sw-batch-size``), in validation, the final evaluation,
-``zoo evaluate`` and ``zoo predict`` alike; the patch and the voxel spacing are planned once from every training case
-and recorded in run.json. ``--tta mirror`` averages the probabilities over flips along the axes training flipped
-(``--flip-prob``: every axis but the left-right one); ``zoo predict`` / ``zoo evaluate`` on a ``zoo cv`` folder
-average its folds' probabilities.
+cases' own grid instead (:mod:`tasks.medseg.training.patches`: ``--patch-size``, a ``--foreground`` share of them
+centred on an organ, 3D augmentation, the same loss and schedule) and predict each whole case through MONAI's sliding
+window (:mod:`tasks.medseg.inference.sliding`: ``--overlap``, ``--sw-mode``, ``--sw-batch-size``), in validation, the
+final evaluation, ``zoo evaluate`` and ``zoo predict`` alike; the patch and the voxel spacing are planned once from
+every training case and recorded in run.json. ``--tta mirror`` averages the probabilities over flips along the axes
+training flipped (``--flip-prob``: every axis but the left-right one); ``zoo predict`` / ``zoo evaluate`` on a
+``zoo cv`` folder average its folds' probabilities.
 
 Evaluation (the papers' protocol): each case is predicted slice by slice at ``image_size``, the arg-max is zoomed
 back to the slice size with order 0, and Dice and HD95 are computed per organ on the whole 3D volume, averaged
-over cases per organ, then over organs. Two HD95 conventions are reported (see :mod:`tasks.medseg.metrics`):
+over cases per organ, then over organs. Two HD95 conventions are reported (see :mod:`tasks.medseg.evaluation.metrics`):
 the papers' (what their code gives) and a spacing-aware one in millimetres with explicit empty-mask rules.
 Validation uses ``valid_cases`` training cases held out (the layout's own validation split when it has one).
 
 On NIfTI data every final evaluation also maps each predicted label map back onto its file's grid, writes it as
 ``predictions/<split>/CASE.nii.gz`` (the input's shape, affine and orientation), and scores it against the
-original label file as nnU-Net v2 does: ``predictions/<split>/summary.json`` (:mod:`tasks.medseg.nnunet_eval`).
+original label file as nnU-Net v2 does: ``predictions/<split>/summary.json``
+(:mod:`tasks.medseg.evaluation.nnunet_eval`).
 
 Each final evaluation (training's, ``zoo evaluate``) writes ``predictions/<split>.jsonl``, one record per case::
 
@@ -47,8 +49,8 @@ Each final evaluation (training's, ``zoo evaluate``) writes ``predictions/<split
 
 with a hash of the split's case names, images and labels (see :mod:`tasks.runs.records`); on NIfTI data they are scored
 on the canonical (resampled) grid, summary.json on the original one. A run's model is used on new volumes by
-:mod:`tasks.medseg.predict`. Synapse and ACDC intensities are used as the files store them (Synapse: [0, 1]); NIfTI
-intensities go through the modality rules recorded in run.json, which prediction repeats.
+:mod:`tasks.medseg.inference.predict`. Synapse and ACDC intensities are used as the files store them (Synapse: [0,
+1]); NIfTI intensities go through the modality rules recorded in run.json, which prediction repeats.
 """
 
 from __future__ import annotations
@@ -61,13 +63,13 @@ from torch import Tensor, nn
 from tasks.engine.distributed import DistInfo
 from tasks.engine.registry import register_task
 from tasks.engine.task import Task
-from tasks.medseg import paired
 from tasks.medseg.config import MedsegConfig
-from tasks.medseg.reference import REFERENCE_MODELS
-from tasks.medseg.task_data import MedsegData, nifti_options, zoom_slices
-from tasks.medseg.task_evaluation import MedsegEvaluation
-from tasks.medseg.task_training import MedsegTraining, warmup_poly
-from tasks.medseg.volume import SegData, Volume
+from tasks.medseg.evaluation import paired
+from tasks.medseg.evaluation.task_evaluation import MedsegEvaluation
+from tasks.medseg.preprocessing.task_data import MedsegData, nifti_options, zoom_slices
+from tasks.medseg.reading.volume import SegData, Volume
+from tasks.medseg.training.reference import REFERENCE_MODELS
+from tasks.medseg.training.task_training import MedsegTraining, warmup_poly
 from zoo.analysis.delta import TaskShape
 
 if TYPE_CHECKING:  # annotations only: runs and sweeps sit above the tasks
@@ -80,9 +82,10 @@ __all__ = ["MedsegConfig", "MedsegTask", "nifti_options", "warmup_poly", "zoom_s
 
 @register_task
 class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
-    """The task, one job per mixin: :class:`~tasks.medseg.task_data.MedsegData` reads and splits the data and
-    records its preprocessing, :class:`~tasks.medseg.task_training.MedsegTraining` builds and trains the model,
-    :class:`~tasks.medseg.task_evaluation.MedsegEvaluation` predicts, scores and reports the cases."""
+    """The task, one job per mixin: :class:`~tasks.medseg.preprocessing.task_data.MedsegData` reads and splits the
+    data and records its preprocessing, :class:`~tasks.medseg.training.task_training.MedsegTraining` builds and trains
+    the model, :class:`~tasks.medseg.evaluation.task_evaluation.MedsegEvaluation` predicts, scores and reports the
+    cases."""
 
     name = "medseg"
     config_class = MedsegConfig
@@ -114,8 +117,9 @@ class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
     @classmethod
     def score_folders(cls, pred: str, labels: str, dataset_json: str | None, chill: bool,
                       out: str | None) -> list[str]:
-        """Two folders of NIfTI label maps, scored as nnU-Net's evaluation does (:mod:`tasks.medseg.folder_eval`)."""
-        from tasks.medseg.folder_eval import score_folders
+        """Two folders of NIfTI label maps, scored as nnU-Net's evaluation does
+        (:mod:`tasks.medseg.evaluation.folder_eval`)."""
+        from tasks.medseg.evaluation.folder_eval import score_folders
 
         _, out_dir, lines = score_folders(pred, labels, dataset_json, out, chill=chill)
         return [*lines, f"outputs in {out_dir}/ (summary.json: nnU-Net's; metrics.json: both HD95 conventions)"]
@@ -123,8 +127,8 @@ class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
     @classmethod
     def predict_inputs(cls, run: Run, inputs: list[str], out: str | None, progress: bool = True,
                        **options: Any) -> str:
-        """Segment volume files and folders, or a cv folder's ensemble (:mod:`tasks.medseg.predict`)."""
-        from tasks.medseg.predict import predict
+        """Segment volume files and folders, or a cv folder's ensemble (:mod:`tasks.medseg.inference.predict`)."""
+        from tasks.medseg.inference.predict import predict
 
         return predict(run, inputs, out, progress=progress, **options)
 

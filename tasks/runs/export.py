@@ -6,7 +6,7 @@
   read by the same and by ``zoo.create(name, pretrained=FOLDER)``, laid out as Hugging Face Hub folders are.
 - ``onnx``: one ``.onnx`` graph per computation, checked through onnxruntime (:mod:`tasks.runs.onnx_export`); read
   by ``zoo predict EXPORT --runtime onnxruntime`` and any ONNX runtime.
-- ``monai-bundle`` (medseg runs): ``configs/`` + ``models/model.pt`` (:mod:`tasks.medseg.bundle`); run by
+- ``monai-bundle`` (medseg runs): ``configs/`` + ``models/model.pt`` (:mod:`tasks.medseg.inference.bundle`); run by
   ``python -m monai.bundle run``.
 
 None of them pickles code: the weights are safetensors (or a plain state dict read with ``weights_only=True``).
@@ -40,12 +40,12 @@ def export_run(path: str | Path, out: str | Path | None = None, format: str = "s
 
     ``tolerance``: the ONNX check's (default :data:`tasks.runs.onnx_export.TOLERANCE`); ``intervals``: gives the
     model card each metric with its interval (``tasks.compare.paired.metric_intervals``; None: values only).
-    ``monai-bundle`` is written by :func:`tasks.medseg.bundle.export_bundle`, which ``zoo export`` calls.
+    ``monai-bundle`` is written by :func:`tasks.medseg.inference.bundle.export_bundle`, which ``zoo export`` calls.
     """
     if format not in FORMATS or format == "monai-bundle":
         if format == "monai-bundle":
-            raise ValueError("monai-bundle exports are written by tasks.medseg.bundle.export_bundle (`zoo export RUN "
-                             "--format monai-bundle`)")
+            raise ValueError("monai-bundle exports are written by tasks.medseg.inference.bundle.export_bundle "
+                             "(`zoo export RUN --format monai-bundle`)")
         raise unknown_name("export format", format, FORMATS)
     run = load_run(path, checkpoint)
     out = Path(out) if out is not None else run.path / ("export" if format == "safetensors" else f"export-{format}")

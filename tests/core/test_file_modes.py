@@ -17,8 +17,8 @@ import torch
 
 from plumbing.atomic import atomic_open, atomic_path, temporary_folder, umask, write_json_atomic, write_text_atomic
 from tasks.engine.checkpoint import save_checkpoint
-from tasks.medseg.folds import write_splits
-from tasks.medseg.nnunet_eval import write_summary_json
+from tasks.medseg.evaluation.nnunet_eval import write_summary_json
+from tasks.medseg.preprocessing.folds import write_splits
 from tasks.runs.export import export_run
 from tasks.runs.training import train
 from zoo.analysis.doctor.findings import CheckResult, Diagnosis
@@ -99,8 +99,8 @@ def test_a_trained_and_exported_run_is_readable_by_others(tmp_path, set_umask):
 
 
 def test_the_phantom_folders_are_ordinary_folders(tmp_path, set_umask):
-    from tasks.medseg.phantom import write_phantom
-    from tasks.medseg.phantom_nifti import write_phantom_nifti
+    from tasks.medseg.reading.phantom import write_phantom
+    from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
 
     nifti = write_phantom_nifti(tmp_path / "nifti", slices=4, size=(32, 32), train_cases=("case0005",),
                                 test_cases=("case0001",))

@@ -25,9 +25,9 @@ from monai.bundle import ConfigParser
 
 from tasks.engine.distributed import DistInfo
 from tasks.engine.registry import task_class
-from tasks.medseg.bundle import BundleInference, export_bundle, load_bundle
-from tasks.medseg.phantom_nifti import write_phantom_nifti
-from tasks.medseg.predict import predict
+from tasks.medseg.inference.bundle import BundleInference, export_bundle, load_bundle
+from tasks.medseg.inference.predict import predict
+from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
 from tasks.medseg.task import MedsegConfig, MedsegTask
 from tasks.runs.run import load_run
 from tasks.runs.training import train

@@ -19,9 +19,9 @@ import torch
 
 from tasks.cli.main import main
 from tasks.medseg.cv import cross_validate
-from tasks.medseg.nifti_geometry import probabilities_to_original
-from tasks.medseg.phantom_nifti import write_phantom_nifti
-from tasks.medseg.predict import predict
+from tasks.medseg.inference.predict import predict
+from tasks.medseg.preprocessing.nifti_geometry import probabilities_to_original
+from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
 from tasks.medseg.task import MedsegConfig, MedsegTask
 from tasks.runs.evaluate import evaluate_run
 from tasks.runs.records import read_records

@@ -1,5 +1,6 @@
-"""The parts of 3D segmentation that need no trained model: patch sampling (tasks.medseg.patches), the sliding
-window, mirroring and ensembling (tasks.medseg.sliding), the 3D settings' checks, and the ensemble loader's errors
+"""The parts of 3D segmentation that need no trained model: patch sampling (tasks.medseg.training.patches), the sliding
+window, mirroring and ensembling (tasks.medseg.inference.sliding), the 3D settings' checks, and the ensemble loader's
+errors
 (tasks.runs.ensemble)."""
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from torch import nn
 
 from tasks.engine.distributed import DistInfo
 from tasks.medseg.config import MedsegConfig
-from tasks.medseg.patches import Augmentation, PatchSampler, augmentation_transform, check_patch, default_patch
-from tasks.medseg.sliding import (
+from tasks.medseg.inference.sliding import (
     default_mirror_axes,
     ensemble_probabilities,
     mirror_sets,
@@ -22,8 +22,9 @@ from tasks.medseg.sliding import (
     parse_axes,
     window_logits,
 )
+from tasks.medseg.reading.volume import Volume
 from tasks.medseg.task import MedsegTask
-from tasks.medseg.volume import Volume
+from tasks.medseg.training.patches import Augmentation, PatchSampler, augmentation_transform, check_patch, default_patch
 from tasks.runs.ensemble import fold_count, load_members
 
 

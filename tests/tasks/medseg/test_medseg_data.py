@@ -11,8 +11,8 @@ import h5py
 import numpy as np
 import pytest
 
-from tasks.medseg import phantom as phantom_module
-from tasks.medseg.data import (
+from tasks.medseg.reading import phantom as phantom_module
+from tasks.medseg.reading.data import (
     ACDC_CLASSES,
     SYNAPSE_CLASSES,
     SYNAPSE_TEST_CASES,
@@ -20,7 +20,7 @@ from tasks.medseg.data import (
     Volume,
     load_medseg,
 )
-from tasks.medseg.phantom import default_phantom_dir, phantom_case, write_phantom
+from tasks.medseg.reading.phantom import default_phantom_dir, phantom_case, write_phantom
 
 TINY = {"slices": 6, "size": (48, 56), "train_cases": ("case0005", "case0006"), "test_cases": ("case0001",)}
 """A phantom small enough to write in a fraction of a second."""

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from tasks.medseg.metrics import CONVENTIONS, _distances_at, case_scores, case_scores_per_convention
-from tasks.medseg.phantom import phantom_case
+from tasks.medseg.evaluation.metrics import CONVENTIONS, _distances_at, case_scores, case_scores_per_convention
+from tasks.medseg.reading.phantom import phantom_case
 
 ANISOTROPIC = (4.12, 2.887, 2.887)  # a phantom case's spacing (z, y, x): 3-5 mm slices, ~0.8-4 mm pixels
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from plumbing.tables import markdown_table
-from tasks.medseg.metrics import (
+from tasks.medseg.evaluation.metrics import (
     CONVENTIONS,
     case_scores,
     case_status,
@@ -22,7 +22,7 @@ from tasks.medseg.metrics import (
     summarise,
     surface_distances,
 )
-from tasks.medseg.report import case_table, organ_table, pick_overlay_slices, plot_overlays
+from tasks.medseg.evaluation.report import case_table, organ_table, pick_overlay_slices, plot_overlays
 
 NAMES = ["background", "aorta", "gallbladder", "kidney"]
 

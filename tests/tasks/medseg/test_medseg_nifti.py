@@ -15,12 +15,12 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from tasks.medseg.folds import make_folds, read_splits, write_splits
-from tasks.medseg.nifti_data import Preprocessing, load_nifti_dataset
-from tasks.medseg.nifti_geometry import Geometry, to_original, write_label_nifti
-from tasks.medseg.nifti_layout import detect_nifti_layout, read_nifti_layout
-from tasks.medseg.nnunet_eval import evaluate_folders, nnunet_summary, write_summary_json
-from tasks.medseg.phantom_nifti import write_phantom_nifti
+from tasks.medseg.evaluation.nnunet_eval import evaluate_folders, nnunet_summary, write_summary_json
+from tasks.medseg.preprocessing.folds import make_folds, read_splits, write_splits
+from tasks.medseg.preprocessing.nifti_data import Preprocessing, load_nifti_dataset
+from tasks.medseg.preprocessing.nifti_geometry import Geometry, to_original, write_label_nifti
+from tasks.medseg.reading.nifti_layout import detect_nifti_layout, read_nifti_layout
+from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
 
 LPS_TO = {codes: nib.orientations.ornt_transform(nib.orientations.axcodes2ornt("LPS"),
                                                   nib.orientations.axcodes2ornt(codes))
@@ -249,7 +249,7 @@ def test_fingerprint_and_report_lines(tmp_path, load):
 def test_second_load_comes_from_the_cache(tmp_path, load, caplog):
     root = decathlon(tmp_path / "d")
     first = load(root)
-    with caplog.at_level(logging.INFO, logger="tasks.medseg.nifti_data"):
+    with caplog.at_level(logging.INFO, logger="tasks.medseg.preprocessing.nifti_data"):
         second = load(root)
     assert "3 of 3 cases from the cache" in caplog.text
     np.testing.assert_array_equal(first.train[1].image, second.train[1].image)
@@ -257,7 +257,7 @@ def test_second_load_comes_from_the_cache(tmp_path, load, caplog):
     label = root / "labelsTr" / "b.nii.gz"
     os.utime(label, ns=(label.stat().st_atime_ns, label.stat().st_mtime_ns + 10**9))  # "edited": recomputed
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tasks.medseg.nifti_data"):
+    with caplog.at_level(logging.INFO, logger="tasks.medseg.preprocessing.nifti_data"):
         load(root)
     assert "2 of 3 cases from the cache" in caplog.text
 

@@ -12,10 +12,10 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-import tasks.medseg.phantom_nifti as phantom_nifti
+import tasks.medseg.reading.phantom_nifti as phantom_nifti
 from tasks.cli.main import main
-from tasks.medseg.data import load_medseg
-from tasks.medseg.phantom_nifti import write_phantom_nifti
+from tasks.medseg.reading.data import load_medseg
+from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
 from tests.tasks.medseg.test_medseg_nifti import _rewrite_json, anatomy, decathlon, lps_affine, nnunet, save
 
 TRAIN = ("case0005", "case0006", "case0007", "case0008")

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.medseg.folds import read_splits
-from tasks.medseg.phantom_nifti import write_phantom_nifti
-from tasks.medseg.predict import predict
+from tasks.medseg.inference.predict import predict
+from tasks.medseg.preprocessing.folds import read_splits
+from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
 from tasks.medseg.task import MedsegConfig, MedsegTask
 from tasks.runs.evaluate import evaluate_run
 from tasks.runs.records import read_records

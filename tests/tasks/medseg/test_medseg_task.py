@@ -8,7 +8,7 @@ import torch
 
 from tasks.cli.main import main
 from tasks.engine.distributed import DistInfo
-from tasks.medseg.phantom import write_phantom
+from tasks.medseg.reading.phantom import write_phantom
 from tasks.medseg.task import MedsegConfig, MedsegTask, warmup_poly, zoom_slices
 
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tasks.cli.main import main
-from tasks.medseg.data import SYNAPSE_CLASSES
-from tasks.medseg.phantom import write_phantom
-from tasks.medseg.predict import predict
+from tasks.medseg.inference.predict import predict
+from tasks.medseg.reading.data import SYNAPSE_CLASSES
+from tasks.medseg.reading.phantom import write_phantom
 from tasks.medseg.task import MedsegConfig, MedsegTask
 from tasks.runs.evaluate import evaluate_run
 from tasks.runs.export import export_run

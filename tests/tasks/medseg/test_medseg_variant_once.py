@@ -15,8 +15,8 @@ import torch
 import zoo.registry
 from tasks.engine.distributed import DistInfo
 from tasks.medseg.config import MedsegConfig
+from tasks.medseg.reading.volume import Volume
 from tasks.medseg.task import MedsegTask
-from tasks.medseg.volume import Volume
 
 
 @pytest.fixture

@@ -13,16 +13,16 @@ import pytest
 import torch
 
 import tasks.medseg.config
-import tasks.medseg.patches
-import tasks.medseg.task_data
+import tasks.medseg.preprocessing.task_data
+import tasks.medseg.training.patches
 import zoo.vision
 from plumbing.configs import config_from_dict
 from tasks.engine.config import add_config_arguments, config_from_args
 from tasks.engine.distributed import DistInfo
 from tasks.medseg.config import MedsegConfig
-from tasks.medseg.patches import PatchSampler
+from tasks.medseg.reading.volume import Volume
 from tasks.medseg.task import MedsegTask
-from tasks.medseg.volume import Volume
+from tasks.medseg.training.patches import PatchSampler
 from zoo.registry import get_variant
 from zoo.vision import patch_sides, volume_patch
 
@@ -78,7 +78,7 @@ def test_one_parser_reads_every_patch():
     property ``MedsegConfig.patch`` and the sampler's own check are gone, and a bad patch reads the same
     everywhere."""
     assert not hasattr(MedsegConfig, "patch")
-    for module in (tasks.medseg.config, tasks.medseg.task_data, tasks.medseg.patches):
+    for module in (tasks.medseg.config, tasks.medseg.preprocessing.task_data, tasks.medseg.training.patches):
         assert module.patch_sides is zoo.vision.patch_sides, module.__name__
     message = "must be three positive integers D,H,W in voxels, e.g. --patch-size 32,64,64"
     volumes = [np.zeros((1, 20, 40, 48), np.float32)], [np.zeros((20, 40, 48), np.uint8)]

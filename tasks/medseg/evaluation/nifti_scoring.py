@@ -1,12 +1,13 @@
 """nnU-Net's scoring of a NIfTI evaluation: each prediction mapped back onto its file's grid, written, scored.
 
-The task scores its own conventions (Dice and two HD95s, :mod:`tasks.medseg.metrics`) on the canonical grid the
-model saw. nnU-Net scores the label maps it writes, in the geometry of the original files. This module does the
+The task scores its own conventions (Dice and two HD95s, :mod:`tasks.medseg.evaluation.metrics`) on the canonical grid
+the model saw. nnU-Net scores the label maps it writes, in the geometry of the original files. This module does the
 latter, one case at a time during an evaluation (so that only one case's original arrays are in memory):
-:meth:`OriginalGeometryScores.add` maps a canonical prediction back (:func:`~tasks.medseg.nifti_geometry.to_original`),
-writes it as ``FOLDER/<the label file's name>`` with the input's shape and affine, reads the original label file
-and keeps the case's metrics (:func:`~tasks.medseg.nnunet_eval.case_metrics`); :meth:`~OriginalGeometryScores.finish`
-writes ``FOLDER/summary.json`` in nnU-Net v2's format.
+:meth:`OriginalGeometryScores.add` maps a canonical prediction back
+(:func:`~tasks.medseg.preprocessing.nifti_geometry.to_original`), writes it as ``FOLDER/<the label file's name>`` with
+the input's shape and affine, reads the original label file and keeps the case's metrics
+(:func:`~tasks.medseg.evaluation.nnunet_eval.case_metrics`); :meth:`~OriginalGeometryScores.finish` writes
+``FOLDER/summary.json`` in nnU-Net v2's format.
 
 Shape legend: ``D, H, W`` the canonical slices, rows, columns; ``X, Y, Z`` the file's array axes.
 """
@@ -19,7 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from tasks.medseg.nnunet_eval import aggregate, case_metrics, read_label_map, summary_lines, write_summary_json
+from tasks.medseg.evaluation.nnunet_eval import (
+    aggregate,
+    case_metrics,
+    read_label_map,
+    summary_lines,
+    write_summary_json,
+)
 
 SUMMARY_FILE = "summary.json"
 
@@ -39,8 +46,9 @@ class OriginalGeometryScores:
 
     def add(self, case: Any, prediction: np.ndarray) -> Path:
         """Map ``prediction`` (canonical ``(D, H, W)``) of ``case`` (a labelled
-        :class:`~tasks.medseg.nifti_data.NiftiCase`) back, write it, score it; returns the file written."""
-        from tasks.medseg.nifti_geometry import to_original, write_label_nifti
+        :class:`~tasks.medseg.preprocessing.nifti_data.NiftiCase`) back, write it, score it; returns the file
+        written."""
+        from tasks.medseg.preprocessing.nifti_geometry import to_original, write_label_nifti
 
         if case.files is None or case.files.label is None:
             raise ValueError(f"case {case.case!r} has no label file to score its prediction against")

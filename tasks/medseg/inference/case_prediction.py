@@ -1,6 +1,6 @@
 """One case predicted for ``zoo predict``: its label map, ensembled and mirrored as the run's config says, and on
 request its class probabilities written beside it (``CASE.npz``, :func:`save_probabilities`). Shared by the NIfTI
-and the other volume formats (:mod:`tasks.medseg.predict`, :mod:`tasks.medseg.nifti_predict`).
+and the other volume formats (:mod:`tasks.medseg.inference.predict`, :mod:`tasks.medseg.inference.nifti_predict`).
 
 The saved probabilities and the label map agree voxel for voxel (the label map is their arg-max, as in nnU-Net's
 exports): both come from the same probabilities on the model's grid, brought to the label map's grid by the same
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.medseg.volume import Volume
+from tasks.medseg.reading.volume import Volume
 
 
 def predict_case(task, model, volume: Volume, batch_size: int | None, probabilities: Path | None, grid: str,

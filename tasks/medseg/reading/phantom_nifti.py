@@ -1,6 +1,6 @@
 """The generated phantom as NIfTI folders in the Decathlon and nnU-Net v2 raw layouts, for the offline NIfTI path.
 
-The patients are those of :func:`tasks.medseg.phantom.phantom_case` (same seed, same anatomy, the 9 Synapse
+The patients are those of :func:`tasks.medseg.reading.phantom.phantom_case` (same seed, same anatomy, the 9 Synapse
 classes), stored the way real CT arrives, so that the NIfTI loader's geometry code is exercised:
 
 - intensities back in Hounsfield units (the phantom's [0, 1] mapped onto the -125 .. 275 HU window), int16;
@@ -28,8 +28,8 @@ import numpy as np
 from scipy import ndimage
 
 from plumbing.atomic import write_folder_atomic
-from tasks.medseg.phantom import HU_WINDOW, default_phantom_dir, phantom_case
-from tasks.medseg.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
+from tasks.medseg.reading.phantom import HU_WINDOW, default_phantom_dir, phantom_case
+from tasks.medseg.reading.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def write_phantom_nifti(
     Args:
         root: the folder (default :func:`default_phantom_nifti_dir`).
         layout: ``"decathlon"`` or ``"nnunet"``.
-        seed, slices, size: see :func:`tasks.medseg.phantom.phantom_case`.
+        seed, slices, size: see :func:`tasks.medseg.reading.phantom.phantom_case`.
         train_cases, test_cases: the case names of each split (default: the Synapse splits).
 
     Returns:
@@ -144,7 +144,7 @@ def _write_layout(folder: Path, layout: str, seed: int, slices: int, size: tuple
         nib.save(label, folder / label_file)
     classes = list(SYNAPSE_CLASSES)
     meta: dict = {"name": "PhantomAbdomen", "description": "generated multi-organ phantom (transformer zoo)",
-                  "licence": "generated", "reference": "tasks/medseg/phantom.py", "tensorImageSize": "3D"}
+                  "licence": "generated", "reference": "tasks/medseg/reading/phantom.py", "tensorImageSize": "3D"}
     if layout == "decathlon":
         meta.update({
             "modality": {"0": "CT"}, "labels": {str(i): n for i, n in enumerate(classes)},

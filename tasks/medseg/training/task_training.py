@@ -1,6 +1,6 @@
 """The training side of :class:`~tasks.medseg.task.MedsegTask`: the model, its training examples (a 2D model's
-zoomed slices, a 3D model's patches: :mod:`tasks.medseg.patches`) and their augmentation, the Dice + CE loss, and
-the warm-up + poly learning-rate schedule."""
+zoomed slices, a 3D model's patches: :mod:`tasks.medseg.training.patches`) and their augmentation, the Dice + CE loss,
+and the warm-up + poly learning-rate schedule."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from tasks.medseg.task_data import model_slices, zoom_slices
+from tasks.medseg.preprocessing.task_data import model_slices, zoom_slices
 
 
 def warmup_poly(warmup: int, total: int, power: float):
@@ -94,7 +94,7 @@ class MedsegTraining:
 
     def _prepare_patches(self) -> None:
         """The 3D patch sampler over the training cases, on their own grid (no zoom)."""
-        from tasks.medseg.patches import Augmentation, PatchSampler
+        from tasks.medseg.training.patches import Augmentation, PatchSampler
 
         c, train = self.config, self.volumes["train"]
         augmentation = Augmentation(c.rotate_degrees, c.zoom, c.intensity, c.flip_prob, self.trained_flip_axes()) \
@@ -108,7 +108,7 @@ class MedsegTraining:
 
     def _augmentation(self):
         """MONAI's dictionary transforms on one ``(1, S, S)`` slice (the 3D patches' function, in 2D)."""
-        from tasks.medseg.patches import Augmentation, augmentation_transform
+        from tasks.medseg.training.patches import Augmentation, augmentation_transform
 
         c = self.config
         return augmentation_transform(Augmentation(c.rotate_degrees, c.zoom, c.intensity, c.flip_prob,

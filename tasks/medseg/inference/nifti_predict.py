@@ -2,11 +2,12 @@
 
 Each case is read with exactly the training's preprocessing, as run.json records it (``preprocessing["nifti"]``):
 reoriented to RAS, resampled to the run's spacing, each channel normalised by the run's rule (the CT window, or
-the statistics the training fitted), and sliced across the same axis (:func:`~tasks.medseg.nifti_data.preprocess_case`).
-It is predicted slice by slice as the evaluation predicts a case (:meth:`MedsegTask.predict_volume`), mapped back
-onto the input's grid (:func:`~tasks.medseg.nifti_geometry.to_original`) and written as ``OUT/CASE.nii.gz`` (the
-input's ending): uint8, the input's shape, affine and orientation. Saved probabilities (``CASE.npz``) are mapped onto
-the same grid the same way (:func:`~tasks.medseg.nifti_geometry.probabilities_to_original`), as nnU-Net exports
+the statistics the training fitted), and sliced across the same axis
+(:func:`~tasks.medseg.preprocessing.nifti_data.preprocess_case`). It is predicted slice by slice as the evaluation
+predicts a case (:meth:`MedsegTask.predict_volume`), mapped back onto the input's grid
+(:func:`~tasks.medseg.preprocessing.nifti_geometry.to_original`) and written as ``OUT/CASE.nii.gz`` (the input's
+ending): uint8, the input's shape, affine and orientation. Saved probabilities (``CASE.npz``) are mapped onto the same
+grid the same way (:func:`~tasks.medseg.preprocessing.nifti_geometry.probabilities_to_original`), as nnU-Net exports
 them: their arg-max is the written label map.
 
 Cases: a run trained on an nnU-Net v2 folder reads its inputs as nnU-Net does, one file per channel
@@ -30,8 +31,8 @@ import nibabel as nib
 import numpy as np
 
 from tasks.engine.progress import progress_bar
-from tasks.medseg.nifti_layout import NIFTI_ENDINGS, CaseFiles, nifti_stem
-from tasks.medseg.volume import Volume
+from tasks.medseg.reading.nifti_layout import NIFTI_ENDINGS, CaseFiles, nifti_stem
+from tasks.medseg.reading.volume import Volume
 from tasks.runs.records import split_hash, write_records
 from tasks.runs.run import Run
 
@@ -44,13 +45,13 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
                   members: Sequence[Run] | None = None) -> str:
     """Predict every case of ``files`` (NIfTI) into ``out``; returns a one-line summary (see the module docstring).
 
-    ``members`` and ``save_probabilities``: an ensemble and ``CASE.npz`` files as :func:`tasks.medseg.predict.predict`
-    describes them (probabilities mapped onto the input's grid as the label map is, so that they agree voxel for
-    voxel; spacing: the input's voxel sizes along its array axes)."""
-    from tasks.medseg.case_prediction import mirroring_suffix, predict_case
-    from tasks.medseg.nifti_data import Preprocessing, preprocess_case
-    from tasks.medseg.nifti_geometry import probabilities_to_original, to_original, write_label_nifti
-    from tasks.medseg.nifti_scoring import OriginalGeometryScores
+    ``members`` and ``save_probabilities``: an ensemble and ``CASE.npz`` files as
+    :func:`tasks.medseg.inference.predict.predict` describes them (probabilities mapped onto the input's grid as the
+    label map is, so that they agree voxel for voxel; spacing: the input's voxel sizes along its array axes)."""
+    from tasks.medseg.evaluation.nifti_scoring import OriginalGeometryScores
+    from tasks.medseg.inference.case_prediction import mirroring_suffix, predict_case
+    from tasks.medseg.preprocessing.nifti_data import Preprocessing, preprocess_case
+    from tasks.medseg.preprocessing.nifti_geometry import probabilities_to_original, to_original, write_label_nifti
 
     task, info = run.task, run.preprocessing["nifti"]
     prep = Preprocessing.from_dict(info["preprocessing"])

@@ -1,16 +1,16 @@
 """``zoo predict`` for medseg runs: label volumes for image volumes, scored when labels are given.
 
-Each input volume (a file, or every volume file of a folder; see :mod:`tasks.medseg.volumes_io` for the
+Each input volume (a file, or every volume file of a folder; see :mod:`tasks.medseg.reading.volumes_io` for the
 formats) is predicted exactly as the evaluation predicts a case (:meth:`MedsegTask.predict_volume`: slice by
 slice at the run's ``image_size``, the arg-max zoomed back to each slice's size with order 0) and written under
 ``out`` with the input's file name and format: a uint8 label volume of the input's shape. The images must be
 what the run was trained on: intensities as its files stored them (Synapse: [0, 1], see run.json's
 ``preprocessing``).
 
-A run trained on NIfTI data takes NIfTI files (.nii, .nii.gz) and hands them to :mod:`tasks.medseg.nifti_predict`,
-which repeats the training's reorientation, resampling and intensity rules and writes each case's label map on its
-input's grid (nnU-Net's multi-channel ``{CASE}_{XXXX}`` files grouped by case); other runs refuse NIfTI files,
-whose preprocessing they do not know.
+A run trained on NIfTI data takes NIfTI files (.nii, .nii.gz) and hands them to
+:mod:`tasks.medseg.inference.nifti_predict`, which repeats the training's reorientation, resampling and intensity
+rules and writes each case's label map on its input's grid (nnU-Net's multi-channel ``{CASE}_{XXXX}`` files grouped by
+case); other runs refuse NIfTI files, whose preprocessing they do not know.
 
 With ``labels`` (a folder holding a label file named like each input, a single label file for a single input,
 or ``True`` when the inputs hold their labels), every case also gets Dice and HD95 per organ in both
@@ -38,9 +38,9 @@ import numpy as np
 
 from plumbing.errors import check_positive
 from tasks.engine.progress import progress_bar
-from tasks.medseg.case_prediction import mirroring_suffix, predict_case
-from tasks.medseg.volume import Volume
-from tasks.medseg.volumes_io import (
+from tasks.medseg.inference.case_prediction import mirroring_suffix, predict_case
+from tasks.medseg.reading.volume import Volume
+from tasks.medseg.reading.volumes_io import (
     NIFTI_FORMATS,
     case_name,
     find_volumes,
@@ -75,7 +75,7 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
     """
     task = run.task
     if task.name != "medseg":
-        raise ValueError(f"{run.path} is a {task.name} run; tasks.medseg.predict takes medseg runs")
+        raise ValueError(f"{run.path} is a {task.name} run; tasks.medseg.inference.predict takes medseg runs")
     if batch_size is not None:
         check_positive("batch_size", batch_size)
     files = find_volumes(inputs)
@@ -88,7 +88,7 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
         if other is not None:
             raise ValueError(f"{other}: {run.path} was trained on NIfTI data (reoriented, resampled and normalised "
                              "as run.json records); give it .nii or .nii.gz files")
-        from tasks.medseg.nifti_predict import predict_nifti
+        from tasks.medseg.inference.nifti_predict import predict_nifti
 
         return predict_nifti(run, files, out, labels, progress, batch_size, save_probabilities, members)
     if nifti:

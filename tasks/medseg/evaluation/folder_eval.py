@@ -1,11 +1,12 @@
 """``zoo evaluate medseg --pred DIR --labels DIR``: score a folder of predicted NIfTI label maps, no model needed.
 
 Predictions are paired with references by file name, and each pair must share shape and affine
-(:func:`~tasks.medseg.nnunet_eval.evaluate_folders`, nnU-Net v2's ``evaluate_folder``). Written to the output folder
-(default: the predictions' folder, where nnU-Net writes it):
+(:func:`~tasks.medseg.evaluation.nnunet_eval.evaluate_folders`, nnU-Net v2's ``evaluate_folder``). Written to the
+output folder (default: the predictions' folder, where nnU-Net writes it):
 
 - ``summary.json``: nnU-Net's per-case and mean Dice, IoU and voxel counts per class;
-- ``metrics.json``: this package's per-class Dice and HD95 in both conventions (:mod:`tasks.medseg.metrics`), the
+- ``metrics.json``: this package's per-class Dice and HD95 in both conventions
+(:mod:`tasks.medseg.evaluation.metrics`), the
   ``mm`` one with each file's voxel spacing from its header.
 
 The classes come from ``dataset_json`` when given, else from a ``dataset.json`` in the labels' folder or the one above
@@ -23,10 +24,16 @@ import nibabel as nib
 import numpy as np
 
 from plumbing.atomic import write_text_atomic
-from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, case_status, summarise
-from tasks.medseg.nifti_layout import dataset_class_names
-from tasks.medseg.nifti_scoring import SUMMARY_FILE
-from tasks.medseg.nnunet_eval import evaluate_folders, read_label_map, read_pair, summary_lines, write_summary_json
+from tasks.medseg.evaluation.metrics import CONVENTIONS, case_scores_per_convention, case_status, summarise
+from tasks.medseg.evaluation.nifti_scoring import SUMMARY_FILE
+from tasks.medseg.evaluation.nnunet_eval import (
+    evaluate_folders,
+    read_label_map,
+    read_pair,
+    summary_lines,
+    write_summary_json,
+)
+from tasks.medseg.reading.nifti_layout import dataset_class_names
 
 
 def class_names_for(label_dir: Path, dataset_json: str | Path | None = None) -> tuple[list[str], str]:

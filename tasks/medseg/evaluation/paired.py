@@ -15,7 +15,7 @@ def _organ_stats(field: str, organs: list[str]) -> Callable[[list[dict], dict], 
     """Per case, each organ's ``field`` (dice/hd95, in the run's headline convention; 0 where not scored) and
     whether it was scored. Summed over cases and scored by :func:`_organ_mean_score` they give the mean over
     organs of each organ's mean over the cases that score it, NaN left out: the runs' metrics.json headline
-    (:func:`tasks.medseg.metrics.summarise`), in either HD95 convention."""
+    (:func:`tasks.medseg.evaluation.metrics.summarise`), in either HD95 convention."""
 
     def stats(records: list[dict], info: dict) -> np.ndarray:
         convention = info["config"].get("hd95", "papers")

@@ -2,12 +2,12 @@
 
 ``load_medseg(folder)`` reads a dataset into memory as whole volumes (training slices of one case are
 stacked in slice order); ``load_medseg(None)`` writes (or reuses) the generated phantom of
-:mod:`tasks.medseg.phantom` and reads it with the Synapse loader. Nothing is downloaded.
+:mod:`tasks.medseg.reading.phantom` and reads it with the Synapse loader. Nothing is downloaded.
 
 A folder in one of the NIfTI layouts (Decathlon task, nnU-Net v2 raw, or ``images/`` + ``labels/``; see
-:mod:`tasks.medseg.nifti_layout`) is read by :func:`tasks.medseg.nifti_data.load_nifti_dataset`: reoriented to
-RAS, resampled to one spacing, normalised by modality, and handed over as the same volumes, sliced across the
-axis of the largest spacing; :attr:`SegData.nifti` keeps what maps a prediction back to each file's grid.
+:mod:`tasks.medseg.reading.nifti_layout`) is read by :func:`tasks.medseg.preprocessing.nifti_data.load_nifti_dataset`:
+reoriented to RAS, resampled to one spacing, normalised by modality, and handed over as the same volumes, sliced
+across the axis of the largest spacing; :attr:`SegData.nifti` keeps what maps a prediction back to each file's grid.
 ``dataset="phantom-nifti"`` (or ``"phantom-nnunet"``) writes the phantom as such a folder first; ``"phantom3d"`` its
 3D form, a Decathlon folder of smaller cases (:data:`PHANTOM_3D`) for 3D models on a CPU.
 
@@ -67,13 +67,13 @@ import h5py
 import numpy as np
 
 from plumbing.errors import unknown_name
-from tasks.medseg.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES  # noqa: F401  (re-exported)
-from tasks.medseg.volume import SegData, Volume  # noqa: F401  (re-exported)
+from tasks.medseg.reading.synapse import SYNAPSE_CLASSES, SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES  # noqa: F401  (re-exported)
+from tasks.medseg.reading.volume import SegData, Volume  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
 DATASETS = ("synapse", "acdc")  # the slice/volume layouts read here
-NIFTI_DATASETS = ("decathlon", "nnunet", "pairs")  # the NIfTI layouts of tasks.medseg.nifti_layout
+NIFTI_DATASETS = ("decathlon", "nnunet", "pairs")  # the NIfTI layouts of tasks.medseg.reading.nifti_layout
 # the phantom written as a NIfTI folder; phantom3d: its 3D form, smaller cases that 3D models train on with a CPU
 PHANTOM_NIFTI = {"phantom-nifti": "decathlon", "phantom-nnunet": "nnunet", "phantom3d": "decathlon"}
 PHANTOM_3D = {"slices": 64, "size": (64, 72)}  # 64 slices of 2.5 mm, 64-72 rows and columns of 0.7-0.9 mm
@@ -100,12 +100,12 @@ def load_medseg(data: str | Path | None, dataset: str = "auto", seed: int = 0, *
 
     Args:
         data: the dataset folder, or None for the embedded phantom (written on first use to
-            :func:`tasks.medseg.phantom.default_phantom_dir`).
+            :func:`tasks.medseg.reading.phantom.default_phantom_dir`).
         dataset: ``"synapse"``, ``"acdc"``, a NIfTI layout (``"decathlon"``, ``"nnunet"``, ``"pairs"``),
             ``"phantom-nifti"`` / ``"phantom-nnunet"`` (the phantom as a NIfTI folder, ``data`` None), or
             ``"auto"`` to tell from the folder's contents.
         seed: the phantom's seed (only used when ``data`` is None).
-        nifti: keyword arguments of :func:`tasks.medseg.nifti_data.load_nifti_dataset` for a NIfTI folder
+        nifti: keyword arguments of :func:`tasks.medseg.preprocessing.nifti_data.load_nifti_dataset` for a NIfTI folder
             (``spacing``, ``ct_window``, ``image_order``, ``modality``, ``class_names``, ``preprocessing``, ...).
 
     Returns:
@@ -122,7 +122,7 @@ def load_medseg(data: str | Path | None, dataset: str = "auto", seed: int = 0, *
         if data is not None:
             raise ValueError(f"--dataset {dataset} writes the phantom as a NIfTI folder itself; leave out --data "
                              f"(or pass --data {data} alone to read a folder)")
-        from tasks.medseg.phantom_nifti import default_phantom_nifti_dir, write_phantom_nifti
+        from tasks.medseg.reading.phantom_nifti import default_phantom_nifti_dir, write_phantom_nifti
 
         layout, sizes = PHANTOM_NIFTI[dataset], PHANTOM_3D if dataset == "phantom3d" else {}
         folder = default_phantom_nifti_dir(layout, seed, form="3d" if sizes else "")
@@ -132,7 +132,7 @@ def load_medseg(data: str | Path | None, dataset: str = "auto", seed: int = 0, *
             raise ValueError(f"the embedded phantom is in the Synapse layout; pass a {dataset} folder as --data, or "
                              "--dataset phantom-nifti for the phantom as a NIfTI folder")
         # Imported here: the generator needs scipy.ndimage, seconds to import, which reading real data does not.
-        from tasks.medseg.phantom import default_phantom_dir, write_phantom
+        from tasks.medseg.reading.phantom import default_phantom_dir, write_phantom
 
         seg = load_synapse(write_phantom(default_phantom_dir(seed), seed))
         seg.name = "phantom"
@@ -154,7 +154,7 @@ def load_nifti(root: str | Path, layout: str = "auto", **options: Any) -> SegDat
 
     With C > 1 channels each volume's image is ``(C, D, H, W)``.
     """
-    from tasks.medseg.nifti_data import load_nifti_dataset  # MONAI: imported only for NIfTI folders
+    from tasks.medseg.preprocessing.nifti_data import load_nifti_dataset  # MONAI: imported only for NIfTI folders
 
     nifti = load_nifti_dataset(root, layout=layout, **options)
     seg = nifti.to_segdata(channel="all" if nifti.num_channels > 1 else None)
@@ -164,7 +164,7 @@ def load_nifti(root: str | Path, layout: str = "auto", **options: Any) -> SegDat
 
 def detect_layout(root: Path) -> str:
     """``"synapse"``, ``"acdc"`` or a NIfTI layout (``"decathlon"``, ``"nnunet"``, ``"pairs"``) from ``root``."""
-    from tasks.medseg.nifti_layout import detect_nifti_layout  # nibabel only: no voxel data is read here
+    from tasks.medseg.reading.nifti_layout import detect_nifti_layout  # nibabel only: no voxel data is read here
 
     nifti = detect_nifti_layout(root)
     if nifti is not None:

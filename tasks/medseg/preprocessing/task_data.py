@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from tasks.medseg.config import MedsegConfig
-from tasks.medseg.data import load_medseg
-from tasks.medseg.volume import SegData, Volume
+from tasks.medseg.reading.data import load_medseg
+from tasks.medseg.reading.volume import SegData, Volume
 from zoo.vision import patch_sides
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ CANONICAL = ("NIfTI: reoriented to RAS, resampled to nifti.preprocessing.spacing
 
 
 def nifti_options(c: MedsegConfig) -> dict[str, Any]:
-    """The keyword arguments of :func:`~tasks.medseg.nifti_data.load_nifti_dataset` that the config sets."""
+    """The keyword arguments of :func:`~tasks.medseg.preprocessing.nifti_data.load_nifti_dataset` that the config
+    sets."""
     return {"spacing": c.target_spacing, "ct_window": c.window, "image_order": c.image_order, "modality": c.modality}
 
 
@@ -111,7 +112,7 @@ class MedsegData:
         """A 3D model's patch (``--patch-size``, else sized for a CPU from the training cases) and voxel spacing,
         planned once from every training case of the data, as nnU-Net plans, so that the folds of a
         cross-validation agree (their ensemble needs it)."""
-        from tasks.medseg.patches import check_patch, default_patch
+        from tasks.medseg.training.patches import check_patch, default_patch
 
         # What the network divides a side by (multiple) and needs at least (min_side), from the variant the run
         # resolved once. A config of the preset, not its class: a ClassVar of MONAI's networks, but MISSFormer3D's
@@ -130,7 +131,7 @@ class MedsegData:
         restored NIfTI run its saved preprocessing and classes, so that other data gets exactly the training's."""
         options = nifti_options(self.config)
         if self.restored is not None and self.nifti_info is not None:
-            from tasks.medseg.nifti_data import Preprocessing
+            from tasks.medseg.preprocessing.nifti_data import Preprocessing
 
             options["preprocessing"] = Preprocessing.from_dict(self.nifti_info["preprocessing"])
             options["class_names"] = self.class_names  # an images/ + labels/ folder does not name its classes
@@ -149,7 +150,7 @@ class MedsegData:
         return train, valid, data.test or train + valid  # a restored run on a folder without a test split: all
 
     def _fold(self, data: SegData) -> tuple[list[Volume], list[Volume], list[Volume]]:
-        from tasks.medseg.folds import resolve_folds
+        from tasks.medseg.preprocessing.folds import resolve_folds
 
         c = self.config
         if data.valid:
@@ -200,7 +201,7 @@ class MedsegData:
                 **{f"{split}_cases": [v.case for v in self.volumes[split]] for split in ("train", "valid", "test")}}
         (Path(out_dir) / "classes.json").write_text(json.dumps(info, indent=2) + "\n")
         if self.folds is not None:
-            from tasks.medseg.folds import SPLITS_FILE, write_splits
+            from tasks.medseg.preprocessing.folds import SPLITS_FILE, write_splits
 
             write_splits(Path(out_dir) / SPLITS_FILE, self.folds)
 
@@ -213,7 +214,7 @@ class MedsegData:
                "intensity": INTENSITY.get(self.dataset_name, "as the files store them"),
                "intensity_range": INTENSITY_RANGE.get(self.dataset_name)}
         if self.nifti_info is not None:
-            from tasks.medseg.nifti_intensity import IntensityRule
+            from tasks.medseg.preprocessing.nifti_intensity import IntensityRule
 
             rules = [IntensityRule(**r) for r in self.nifti_info["preprocessing"]["rules"]]
             pre.update(intensity="; ".join(r.describe() for r in rules), intensity_range=None, nifti=self.nifti_info,

@@ -32,7 +32,7 @@ import torch
 from monai.data import MetaTensor
 from monai.transforms import LoadImage, Orientation, Spacing, SpatialResample
 
-from tasks.medseg.nifti_layout import AFFINE_ATOL, CaseFiles
+from tasks.medseg.reading.nifti_layout import AFFINE_ATOL, CaseFiles
 
 RAS = ("R", "A", "S")
 _RAS_LABELS = (("L", "R"), ("P", "A"), ("I", "S"))  # nibabel's: (negative, positive) end of each world axis

@@ -17,8 +17,8 @@ Run it with MONAI's runner; values of inference.json are replaced from the comma
 
 The runner evaluates the config's ``run`` item, ``BundleInference.run``: the run is rebuilt from configs/run.json
 and models/model.pt (:func:`load_bundle`, as :func:`tasks.runs.run.load_run` rebuilds a run folder) and every
-volume of ``dataset_dir`` is predicted into ``output_dir`` by :func:`tasks.medseg.predict.predict`, the code of
-``zoo predict``: the same label maps. ``bundle_root`` is written as the export's absolute folder, so
+volume of ``dataset_dir`` is predicted into ``output_dir`` by :func:`tasks.medseg.inference.predict.predict`, the code
+of ``zoo predict``: the same label maps. ``bundle_root`` is written as the export's absolute folder, so
 the command works from any folder; a bundle that was moved or copied needs ``--bundle_root`` (or the
 ``bundle_root`` value edited), and one that finds no configs/run.json there says so.
 """
@@ -194,7 +194,7 @@ class BundleInference:
 
     def run(self) -> str:
         """Predict every volume of ``dataset_dir`` into ``output_dir``; returns (and logs) ``zoo predict``'s summary."""
-        from tasks.medseg.predict import predict
+        from tasks.medseg.inference.predict import predict
 
         if self.dataset_dir is None or self.output_dir is None:
             missing = "--dataset_dir" if self.dataset_dir is None else "--output_dir"

@@ -1,7 +1,7 @@
 """The Synapse multi-abdominal-organ CT split as TransUNet defined it: its classes and its case ids.
 
-Shared by the loader (:mod:`tasks.medseg.data`) and the phantom written in the Synapse layout
-(:mod:`tasks.medseg.phantom`), so that neither imports the other for them.
+Shared by the loader (:mod:`tasks.medseg.reading.data`) and the phantom written in the Synapse layout
+(:mod:`tasks.medseg.reading.phantom`), so that neither imports the other for them.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ Measured with seed 0 on slices resized to 96 x 96 and one CPU thread: MONAI ``Ba
 Left-right flips used as augmentation move each kidney to the other side without changing its label, so
 they make classes 3 and 4 ambiguous, on this phantom as on real Synapse.
 
-``write_phantom`` writes the folder exactly as the real data is laid out (see :mod:`tasks.medseg.data`):
+``write_phantom`` writes the folder exactly as the real data is laid out (see :mod:`tasks.medseg.reading.data`):
 ``train_npz/caseXXXX_sliceYYY.npz`` (``image`` float32 (H, W) in [0, 1], ``label`` uint8 (H, W)),
 ``test_vol_h5/caseXXXX.npy.h5`` (``image`` float32 (D, H, W), ``label`` uint8 (D, H, W), and an HDF5
 attribute ``spacing`` (z, y, x) in mm that the real files lack), and
@@ -52,7 +52,7 @@ from scipy import ndimage
 
 from plumbing.atomic import write_folder_atomic
 from tasks.engine.config import cache_root
-from tasks.medseg.synapse import SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
+from tasks.medseg.reading.synapse import SYNAPSE_TEST_CASES, SYNAPSE_TRAIN_CASES
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import nibabel as nib
 import numpy as np
 
 from plumbing.atomic import write_text_atomic
-from tasks.medseg.nifti_layout import AFFINE_ATOL, NIFTI_ENDINGS, nifti_stem, read_header
+from tasks.medseg.reading.nifti_layout import AFFINE_ATOL, NIFTI_ENDINGS, nifti_stem, read_header
 
 METRICS = ("Dice", "IoU", "FP", "TP", "FN", "TN", "n_pred", "n_ref")
 Label = int | tuple[int, ...]

@@ -1,6 +1,6 @@
 """The volume files ``zoo predict`` reads and writes: one reader and one writer per format.
 
-Formats, told apart by how the file name ends (the layouts of :mod:`tasks.medseg.data`):
+Formats, told apart by how the file name ends (the layouts of :mod:`tasks.medseg.reading.data`):
 
     .h5    Synapse ``test_vol_h5/caseXXXX.npy.h5`` and ACDC's SSL4MIS volumes: datasets ``image`` (D, H, W) and maybe
            ``label``; an attribute ``spacing`` (z, y, x) in mm when present. Prediction: an .h5 with the dataset
@@ -9,8 +9,8 @@ Formats, told apart by how the file name ends (the layouts of :mod:`tasks.medseg
            Prediction: an .npz with the key ``label`` (uint8).
     .nii, .nii.gz   NIfTI, read here as stored (the file's array axes, spacing from the header, the affine kept in
            ``meta``); a prediction is a uint8 NIfTI with the input's affine. Runs trained on NIfTI data predict
-           through :mod:`tasks.medseg.nifti_predict`, which applies the training's reorientation, resampling and
-           intensity rules, and maps each prediction back onto its input's grid before it is written here.
+           through :mod:`tasks.medseg.inference.nifti_predict`, which applies the training's reorientation, resampling
+           and intensity rules, and maps each prediction back onto its input's grid before it is written here.
 
 A format is added by one reader in :data:`READERS` and one writer in :data:`WRITERS` under its file ending.
 Files keep their names: the prediction of ``in/case0001.npy.h5`` is ``OUT/case0001.npy.h5``.
@@ -30,8 +30,8 @@ import h5py
 import nibabel as nib
 import numpy as np
 
-from tasks.medseg.data import _as_image, _as_label, _read_h5, _read_npz, _volume_case
-from tasks.medseg.nifti_layout import nifti_stem, read_header
+from tasks.medseg.reading.data import _as_image, _as_label, _read_h5, _read_npz, _volume_case
+from tasks.medseg.reading.nifti_layout import nifti_stem, read_header
 
 
 @dataclass(eq=False)
@@ -82,7 +82,7 @@ def _write_npz_label(path: Path, label: np.ndarray, source: VolumeFile) -> None:
 
 
 def _read_nifti_volume(path: Path, role: str) -> VolumeFile:
-    from tasks.medseg.nnunet_eval import read_label_map
+    from tasks.medseg.evaluation.nnunet_eval import read_label_map
 
     if role == "label":
         array, affine = read_label_map(path)
@@ -99,7 +99,7 @@ def _read_nifti_volume(path: Path, role: str) -> VolumeFile:
 
 
 def _write_nifti_label(path: Path, label: np.ndarray, source: VolumeFile) -> None:
-    from tasks.medseg.nifti_geometry import save_label
+    from tasks.medseg.preprocessing.nifti_geometry import save_label
 
     if label.shape != source.array.shape[-3:]:
         raise ValueError(f"a prediction {label.shape} for {source.path} must be on its grid {source.array.shape}")

@@ -15,10 +15,10 @@ from torch import Tensor, nn
 
 from plumbing.tables import markdown_table
 from tasks.engine.distributed import shard
-from tasks.medseg.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
-from tasks.medseg.nifti_scoring import OriginalGeometryScores
-from tasks.medseg.task_data import INTENSITY, model_slices
-from tasks.medseg.volume import Volume
+from tasks.medseg.evaluation.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
+from tasks.medseg.evaluation.nifti_scoring import OriginalGeometryScores
+from tasks.medseg.preprocessing.task_data import INTENSITY, model_slices
+from tasks.medseg.reading.volume import Volume
 from tasks.runs.records import split_hash, write_records
 
 log = logging.getLogger(__name__)
@@ -113,13 +113,13 @@ class MedsegEvaluation:
     def predict_probabilities(self, model: nn.Module | Sequence[nn.Module], volume: Volume,
                               batch_size: int | None = None, mirror: bool = False) -> Tensor:
         """Class probabilities of ``volume`` on the model's grid: the slices zoomed to ``image_size`` (2D) or the
-        case's own grid (3D, :func:`~tasks.medseg.sliding.window_logits`). ``model`` a list: the mean of the
+        case's own grid (3D, :func:`~tasks.medseg.inference.sliding.window_logits`). ``model`` a list: the mean of the
         members' probabilities; ``mirror``: each member's averaged over every flip along :meth:`mirror_axes`.
 
         Shape:
             -> (K, D, S, S) for a 2D model, (K, D, H, W) for a 3D one; float32.
         """
-        from tasks.medseg.sliding import ensemble_probabilities, mirrored_probabilities
+        from tasks.medseg.inference.sliding import ensemble_probabilities, mirrored_probabilities
 
         models = list(model) if isinstance(model, list | tuple) else [model]
         # (C, D, H, W) for a 3D model; the zoomed slices (C, D, S, S) for a 2D one
@@ -133,7 +133,7 @@ class MedsegEvaluation:
         """Softmax of one model on a model-grid volume. Shape: (C, D, S, S) or (C, D, H, W) -> (K, ...)."""
         c = self.config
         if self.spatial_dims == 3:
-            from tasks.medseg.sliding import window_logits
+            from tasks.medseg.inference.sliding import window_logits
 
             logits = window_logits(model, image, self.patch_size, c.overlap, c.sw_mode,
                                    batch_size or c.sw_batch_size, self.device)  # (K, D, H, W)
@@ -193,7 +193,7 @@ class MedsegEvaluation:
         """The axes of the (D, H, W) grid that training flips (``--flip-prob``; none when it is 0): every axis but the
         left-right one, whose flip would turn the left kidney into a right one without changing its label (and, for
         a 2D model, not D: it sees every slice alone). Read from the run's config, so a restored run knows them."""
-        from tasks.medseg.sliding import default_mirror_axes
+        from tasks.medseg.inference.sliding import default_mirror_axes
 
         if not self.config.flip_prob:
             return ()
@@ -264,7 +264,7 @@ class MedsegEvaluation:
         return [self.case_record(v, self.predict_volume(model, v)) for v in shard(self.volumes[split], self.dist)]
 
     def summaries(self, records: list[dict[str, Any]]) -> dict[str, dict]:
-        """:func:`~tasks.medseg.metrics.summarise` of case records, per convention."""
+        """:func:`~tasks.medseg.evaluation.metrics.summarise` of case records, per convention."""
         index = {name: k for k, name in enumerate(self.class_names)}
         status = {r["case"]: {index[n]: organ_status(v["pred"] > 0, v["ref"] > 0) for n, v in r["voxels"].items()}
                   for r in records}
@@ -322,7 +322,7 @@ class MedsegEvaluation:
         return "\n".join(lines) + "\n"
 
     def _split_report(self, model: nn.Module, split: str, out_dir: Path, overlays: bool) -> tuple[dict, str]:
-        from tasks.medseg.report import case_table, organ_table, pick_overlay_slices, plot_overlays
+        from tasks.medseg.evaluation.report import case_table, organ_table, pick_overlay_slices, plot_overlays
 
         c, data, names, volumes = self.config, self.data, self.class_names, self.volumes[split]
         if not volumes:

@@ -1,9 +1,9 @@
 """Load a NIfTI dataset (Decathlon, nnU-Net v2 raw, or images/ + labels/) into memory, canonical and normalised.
 
-``load_nifti_dataset(root)`` lists the cases (:mod:`tasks.medseg.nifti_layout`), checks every header, picks the
+``load_nifti_dataset(root)`` lists the cases (:mod:`tasks.medseg.reading.nifti_layout`), checks every header, picks the
 target spacing (by default the median spacing of the training cases, nnU-Net's rule), brings each case to the
-canonical ``(C, D, H, W)`` grid (:mod:`tasks.medseg.nifti_geometry`), computes the dataset fingerprint and
-normalises each channel by its modality (:mod:`tasks.medseg.nifti_intensity`).
+canonical ``(C, D, H, W)`` grid (:mod:`tasks.medseg.preprocessing.nifti_geometry`), computes the dataset fingerprint and
+normalises each channel by its modality (:mod:`tasks.medseg.preprocessing.nifti_intensity`).
 
 The canonical, resampled but not yet normalised arrays of each case are cached under
 ``$ZOO_CACHE/medseg-nifti-cache/`` (default ``~/.cache/transformer-zoo``), one ``.npz`` per case, written to a
@@ -15,7 +15,7 @@ the price is that a copied or touched file is recomputed once. Normalisation is 
 milliseconds and depends on the whole dataset's fingerprint), so another ``ct_window`` reuses the cache.
 
 How a caller gets today's ``(D, H, W)`` volumes: every image is ``(C, D, H, W)``; with one channel,
-``case.volume()`` (or ``data.to_segdata()`` for the whole dataset) is the :class:`tasks.medseg.data.Volume` of
+``case.volume()`` (or ``data.to_segdata()`` for the whole dataset) is the :class:`tasks.medseg.reading.data.Volume` of
 ``image[0]``; with several, pass ``channel=`` for one of them, or ``channel="all"`` for ``(C, D, H, W)`` volumes
 that a model with C input channels takes (what the medseg task does).
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from plumbing.atomic import atomic_open
-from tasks.medseg.nifti_geometry import (
+from tasks.medseg.preprocessing.nifti_geometry import (
     IMAGE_ORDERS,
     Geometry,
     ras_spacing,
@@ -46,7 +46,7 @@ from tasks.medseg.nifti_geometry import (
     slice_axes,
     to_canonical,
 )
-from tasks.medseg.nifti_intensity import (
+from tasks.medseg.preprocessing.nifti_intensity import (
     IntensityRule,
     choose_rules,
     fingerprint,
@@ -55,9 +55,9 @@ from tasks.medseg.nifti_intensity import (
     nonzero_share,
     normalise,
 )
-from tasks.medseg.nifti_layout import CaseFiles, NiftiLayout, case_header, nifti_stem, read_nifti_layout
-from tasks.medseg.phantom import default_phantom_dir
-from tasks.medseg.volume import SegData, Volume
+from tasks.medseg.reading.nifti_layout import CaseFiles, NiftiLayout, case_header, nifti_stem, read_nifti_layout
+from tasks.medseg.reading.phantom import default_phantom_dir
+from tasks.medseg.reading.volume import SegData, Volume
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class NiftiData:
 
     def to_segdata(self, channel: int | str | None = None, valid: Sequence[str] = ()) -> SegData:
         """The dataset as today's :class:`SegData` of ``(D, H, W)`` volumes; ``valid`` names training cases to hold
-        out as the validation split (e.g. a fold's ``"val"`` list from :mod:`tasks.medseg.folds`)."""
+        out as the validation split (e.g. a fold's ``"val"`` list from :mod:`tasks.medseg.preprocessing.folds`)."""
         known = {c.case for c in self.train}
         unknown = sorted(set(valid) - known)
         if unknown:
@@ -183,7 +183,7 @@ def load_nifti_dataset(
     class_names: Sequence[str] | None = None, cache: bool | str | Path = True,
     preprocessing: Preprocessing | None = None,
 ) -> NiftiData:
-    """Load a NIfTI dataset folder (see the module docstring and :mod:`tasks.medseg.nifti_layout`).
+    """Load a NIfTI dataset folder (see the module docstring and :mod:`tasks.medseg.reading.nifti_layout`).
 
     Args:
         root: the dataset folder.

@@ -1,6 +1,6 @@
 """The medical segmentation report: per-organ and per-case tables, and overlay figures of chosen slices.
 
-The tables take the output of :func:`tasks.medseg.metrics.summarise` and give rows for
+The tables take the output of :func:`tasks.medseg.evaluation.metrics.summarise` and give rows for
 :func:`plumbing.tables.markdown_table`: Dice in percent and HD95 with two decimals, as the papers print them,
 already formatted as strings so that the table does not round them to four significant digits.
 """
