@@ -147,7 +147,7 @@ class Variant:
     # Dummy inputs of the task's real size, for measuring FLOPs and memory: (config, shape) -> args.
     example_input: Callable[[Any, dict[str, int]], tuple] | None = None
     # 2: the model takes images or slices; 3: volumes, so the medseg task trains it on 3D patches and predicts
-    # whole cases through a sliding window (tasks.medseg.patches, tasks.medseg.sliding).
+    # whole cases through a sliding window (tasks.medseg.training.patches, tasks.medseg.inference.sliding).
     spatial_dims: int = 2
     # Renames a checkpoint of the reference implementation (timm, MONAI) to this model's names, for
     # `zoo train --init-from` and `create(pretrained=...)` (zoo.weights.transfer); None: only runs of this package.
