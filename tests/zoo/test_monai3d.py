@@ -28,6 +28,7 @@ def _monai(name: str, config):
                    filters=plan.filters)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "patch"), [("swinunetr3d", (64, 64, 96)), ("unetr", PATCH), ("dynunet", PATCH)])
 def test_ours_is_monais_network(name, patch):
     torch.manual_seed(0)

@@ -172,6 +172,7 @@ def test_bad_device_is_a_clear_error(tmp_path):
         run(tmp_path, device="tpu")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="torchrun on CPU is exercised on Linux")
 def test_two_processes_match_one_process_on_the_combined_batch(tmp_path):
     # run as the module tests.ddp_worker: a script's own folder (tests/) would come first on sys.path, and its

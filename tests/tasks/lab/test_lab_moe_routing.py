@@ -119,6 +119,7 @@ def test_the_verdict_follows_the_numbers_both_ways():
     assert not leaky["holds"] and "against 1e-06 with" in _verdict(leaky)[1]
 
 
+@pytest.mark.slow
 def test_reduced_lesson_directions_and_files(tmp_path):
     result = run_lesson("moe-routing", LabSettings(tmp_path, quick=True, scale=0.2, progress=False))
     f = result.findings

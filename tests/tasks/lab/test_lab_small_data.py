@@ -48,6 +48,7 @@ def test_the_verdict_follows_the_numbers_both_ways():
     assert not reversed_["holds"] and "does not lose to" in _verdict(reversed_)[0]
 
 
+@pytest.mark.slow
 def test_reduced_lesson_measures_the_cnns_lead_and_writes(tmp_path):
     result = run_lesson("small-data", LabSettings(tmp_path, quick=True, scale=0.2, progress=False))
     f = result.findings

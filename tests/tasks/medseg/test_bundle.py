@@ -33,6 +33,8 @@ from tasks.runs.run import load_run
 from tasks.runs.training import train
 from tests.tasks.medseg.test_medseg_nifti_task import SMALL, TINY
 
+pytestmark = pytest.mark.slow  # trains a run and runs MONAI's bundle runner on it
+
 FLIP_FIRST_AXIS = np.array([[0, -1], [1, 1], [2, 1]])  # nibabel orientation: axis 0 reversed, the others kept
 
 

@@ -28,6 +28,8 @@ from tasks.runs.records import read_records
 from tasks.runs.run import load_run
 from tasks.runs.training import train
 
+pytestmark = pytest.mark.slow  # 3D: trains a cross-validation on 3D phantoms (module fixture)
+
 TRAIN = ("case0005", "case0006", "case0007", "case0008")
 TINY3D = {"slices": 20, "size": (40, 48), "train_cases": TRAIN, "test_cases": ("case0001",)}
 SMALL = {"epochs": 1, "batch_size": 2, "patches_per_case": 2, "folds": 2, "progress": False, "overlay_slices": 2,

@@ -18,6 +18,8 @@ from tasks.medseg.reading.data import load_medseg
 from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
 from tests.tasks.medseg.test_medseg_nifti import _rewrite_json, anatomy, decathlon, lps_affine, nnunet, save
 
+pytestmark = pytest.mark.slow  # cross-validation and training through the command line on NIfTI folders
+
 TRAIN = ("case0005", "case0006", "case0007", "case0008")
 FLAGS = ["--variant", "basicunet", "--image-size", "32", "--epochs", "1", "--batch-size", "4", "--progress", "false",
          "--overlay-slices", "0", "--device", "cpu"]

@@ -24,6 +24,7 @@ from zoo.analysis import probes
 REGISTRATIONS = [(name, task) for name in zoo.list_variants() for task in dict.fromkeys(zoo.tasks_of(name))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, task", REGISTRATIONS, ids=[f"{n}-{t}" for n, t in REGISTRATIONS])
 def test_every_builtin_variant_is_a_fair_patch(name, task):
     preset = probes.probe_preset(name, task)
@@ -206,6 +207,7 @@ def broken(tmp_path):
         yield
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BROKEN))
 def test_a_broken_plugin_fails_the_right_row(name, broken):
     (report,) = check_variant(name, "translation", ["tiny"])
@@ -216,6 +218,7 @@ def test_a_broken_plugin_fails_the_right_row(name, broken):
     assert report.row("build").ok and report.row("forward").ok
 
 
+@pytest.mark.slow
 def test_the_command_prints_one_table_and_sets_the_exit_status(broken, capsys):
     assert main(["check", "idle", "--preset", "tiny", "--quiet"]) == 1
     out = capsys.readouterr().out
@@ -254,6 +257,7 @@ QUICK = dict(  # two small presets, the first the default: a whole `zoo check` i
     registration='default_preset="wee"')
 
 
+@pytest.mark.slow
 def test_by_default_the_preset_zoo_train_trains_is_checked_and_the_others_are_named(tmp_path, capsys):
     folder = write_plugin(tmp_path / "quick", {"quick_plugin.py": variant_source("quick", **QUICK)})
     with isolated_registry():

@@ -78,6 +78,7 @@ def test_a_near_tie_decided_by_rounding_passes():
     (lambda model: setattr(model, "generator", NoisyHead(model.generator)), "greedy"),
     (lambda model: setattr(model, "new_cache", lambda: UnorderedCache(len(model.decoder.layers))), "beam"),
 ], ids=["noise", "no-reorder"])
+@pytest.mark.slow
 def test_a_broken_cache_fails(patch, where):
     row, subject = kv_cache_row(patch)
     assert row.ok is False and row.reason.startswith("cached decoding differs from recomputation"), row

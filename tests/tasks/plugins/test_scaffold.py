@@ -30,6 +30,7 @@ def _isolated():
         yield
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on, part", SCAFFOLDS, ids=[f"{on}-{part}" for on, part in SCAFFOLDS])
 def test_a_new_variant_is_a_fair_patch_before_it_is_edited(on, part, tmp_path, capsys):
     name = f"my-{on}-{part}"
@@ -69,6 +70,7 @@ def test_the_copied_ffn_decodes_as_the_classic_model_does_at_every_preset(tmp_pa
             assert drift.magnitude > 0 and drift.max_abs <= RTOL * max(drift.magnitude, 1.0), (preset, beam, drift)
 
 
+@pytest.mark.slow
 def test_the_written_test_file_runs_the_check(tmp_path):
     out = tmp_path / "p"
     new_variant("relu2", "classic", "ffn", out)

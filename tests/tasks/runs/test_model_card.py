@@ -18,6 +18,8 @@ from tasks.runs.export import export_run
 from tasks.runs.training import train
 from tests.tasks.cifar.test_cifar_use import write_fmnist
 
+pytestmark = pytest.mark.slow  # trains and exports two runs, then runs the card's code in a subprocess
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):

@@ -14,6 +14,8 @@ from tasks.lab.lesson import LESSONS
 from tasks.site.build import build_site
 from tests.tasks.site.conftest import small_site
 
+pytestmark = pytest.mark.slow  # builds the site, zoo check included, for several variants
+
 LINK = re.compile(r"""(?:href|src)=["']([^"']+)["']""")
 
 

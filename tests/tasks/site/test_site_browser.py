@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+pytestmark = pytest.mark.slow  # drives Chromium over a built site
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 KINDS = {"index": "index.html", "variant": "variants/vit/index.html", "lesson": "lessons/params/index.html",
          "comparison": "comparisons/comparison/index.html"}

@@ -12,6 +12,8 @@ import pytest
 from tasks.cli.main import main
 from tasks.lab.lesson import LESSONS, LabSettings, Lesson, LessonResult, run_lesson
 
+pytestmark = pytest.mark.slow  # builds sites and runs a lesson
+
 REAL_LOAD = Lesson.load
 
 

@@ -24,6 +24,8 @@ from tasks.sweeps.launchers import Launch
 from tasks.sweeps.process import PID_FILE
 from tasks.sweeps.state import SWEEP_FILE
 
+pytestmark = pytest.mark.slow  # sweeps on real engines (local processes, Ray, submitit), each training runs
+
 VARIANTS = ["classic", "pre-ln"]
 SETTINGS = {"preset": "tiny", "n_train": 256, "eval_size": 10, "beam_size": 1, "num_threads": 1, "progress": False,
             "epochs": 3}

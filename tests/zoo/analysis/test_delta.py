@@ -16,6 +16,7 @@ from zoo.analysis.delta import flops_by_part, measure, module_flops
 from zoo.analysis.report import render_markdown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", zoo.list_variants())
 def test_declared_changes_are_exactly_the_measured_ones(name):
     for task in zoo.tasks_of(name):
@@ -161,6 +162,7 @@ def test_task_shapes_cover_every_task():
     assert set(PARTS) >= {"attention", "ffn", "position", "norm"}
 
 
+@pytest.mark.slow
 def test_compare_and_ablate_run_end_to_end(tmp_path, capsys):
     budget = ["--epochs", "1", "--quiet", "--set", "preset=tiny", "--set", "n_train=120", "--set", "eval_size=20",
               "--set", "beam_size=1"]
