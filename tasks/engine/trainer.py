@@ -178,7 +178,7 @@ class Trainer:
             "task": self.task.name,
             "precision": self.precision_used,
             # a resume stops where the uninterrupted run stops: the same budget, schedule and costs so far
-            "budget": None if self.budget is None else {"kind": self.budget.kind, "value": self.budget.value},
+            "budget": _budget_record(self.budget),
             "planned_steps": self.planned_steps,
             "sessions": self.sessions(),
         }
@@ -417,7 +417,7 @@ class Trainer:
         if state is None or "planned_steps" not in state:  # a fresh run, or a checkpoint of an older version
             return default if self.budget is None else self.budget.planned_steps(self, default)
         saved = state["budget"]
-        given = None if self.budget is None else {"kind": self.budget.kind, "value": self.budget.value}
+        given = _budget_record(self.budget)
         if given is None and saved is not None:
             self.budget = parse_budget(_budget_text(saved))
             log.info("resumed under the checkpoint's budget: %s", self.budget.describe())
@@ -469,6 +469,11 @@ class Trainer:
             sections = [section, *(callback.section(self) for callback in self.callbacks)]
             self._call("on_finish", summary, [s for s in sections if s])
         return summary
+
+
+def _budget_record(budget) -> dict[str, Any] | None:
+    """What a checkpoint records of a :class:`~tasks.engine.budget.Budget`: ``{"kind", "value"}`` (None: no budget)."""
+    return None if budget is None else {"kind": budget.kind, "value": budget.value}
 
 
 def _budget_key(budget: dict[str, Any] | None) -> tuple | None:
