@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from plumbing.atomic import write_json_atomic
+from tasks.runs.run import RUN_FILE  # a run writes it when it starts; with metrics.json, it finished
 from tasks.sweeps.plan import RunSpec, config_hash
 from tasks.sweeps.process import LOG_FILE, resumable
 
@@ -31,7 +32,6 @@ SWEEP_FILE = "sweep.json"
 SWEEP_FORMAT = 1
 STATES = ("pending", "running", "done", "preempted", "failed")
 CONFIG_FILE = "config.json"  # a run's settings, written by the sweep before it starts and by the run itself
-RUN_FILE = "run.json"  # written by a run when it starts, with its settings; with metrics.json, it finished
 
 log = logging.getLogger(__name__)
 
