@@ -13,10 +13,8 @@ from tasks.engine.config import TrainConfig, config_from_dict
 from tasks.engine.distributed import DistInfo
 from zoo.analysis.delta import TaskShape
 
-if TYPE_CHECKING:  # annotations only: the comparison, runs, sweeps and the doctor sit above the engine
+if TYPE_CHECKING:  # annotations only: the comparison and the doctor sit above the engine
     from tasks.compare.paired import PairedMetric
-    from tasks.runs.run import Run
-    from tasks.sweeps.launchers import Launch
     from zoo.analysis.doctor import Batch
     from zoo.registry import Variant
 
@@ -62,7 +60,7 @@ class Task:
                          "`zoo evaluate RUN`")
 
     @classmethod
-    def predict_inputs(cls, run: Run, inputs: list[str], out: str | None, progress: bool = True,
+    def predict_inputs(cls, run: Any, inputs: list[str], out: str | None, progress: bool = True,
                        **options: Any) -> str:
         """``zoo predict RUN INPUTS``: read ``inputs`` (files, folders; none: standard input), convert them exactly
         as the training data was, predict with ``run`` (a :class:`tasks.runs.run.Run` of this task) and write
@@ -72,10 +70,11 @@ class Task:
                          f"`zoo evaluate {run.path}` re-scores the run on its own data")
 
     @classmethod
-    def cross_validate(cls, config: TrainConfig, launch: Launch | None = None) -> tuple[dict[str, Any], list[str]]:
-        """``zoo cv TASK`` and sweeps of kind cv: train every fold of ``config`` (one sweep, run by ``launch``) and
-        summarise them; returns the summary and its lines. Only tasks with folds override it
-        (:func:`tasks.engine.registry.tasks_with` names them)."""
+    def cross_validate(cls, config: TrainConfig, launch: Any = None) -> tuple[dict[str, Any], list[str]]:
+        """``zoo cv TASK`` and sweeps of kind cv: train every fold of ``config`` (one sweep, run by ``launch``, a
+        :class:`tasks.sweeps.launchers.Launch`: the runs and the sweeps sit above the engine, so neither type is
+        imported here, not even for annotations) and summarise them; returns the summary and its lines. Only tasks
+        with folds override it (:func:`tasks.engine.registry.tasks_with` names them)."""
         raise ValueError(f"task {cls.name!r} has no cross-validation: its runner does not override "
                          "Task.cross_validate (`zoo cv --help` lists the tasks that do)")
 
