@@ -35,8 +35,6 @@ per-case median shift, which can disagree with the mean's Δ).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +56,7 @@ from tasks.compare.stats import (
     verdict,
     wilcoxon_test,
 )
+from tasks.engine.paired_metric import PairedMetric
 from tasks.engine.registry import task_class
 
 RESAMPLES = 1000  # bootstrap resamples of the test set (sacreBLEU's default for paired_bs); smallest p 2/1001
@@ -66,27 +65,6 @@ OTHER_TESTS = {"sacrebleu_paired_bs": "sacreBLEU paired_bs", "mcnemar_exact": "M
                "wilcoxon": "Wilcoxon"}  # other_p_values key -> its name in the report
 
 
-@dataclass(frozen=True)
-class PairedMetric:
-    """A metric a comparison tests: where it is read, which way is better, what is reported beside.
-
-    ``stats`` turns a run's records of ``split`` (and its run.json) into per-example statistics ``(n, k)``;
-    ``score`` turns their sums over examples ``(B, k)`` into the metric ``(B,)``; ``value`` gives the
-    per-example value ``(n,)`` the McNemar / Wilcoxon tests pair (None for a bootstrap-only metric).
-    """
-
-    key: str  # the key in results.json ("bleu", "hd95", "liver/dice")
-    title: str  # the column title ("BLEU", "long BLEU", "HD95")
-    split: str
-    higher_is_better: bool
-    # reported beside the bootstrap, never deciding: paired_bs (sacreBLEU's p; the resamples are then scored
-    # from float32 sums, as sacreBLEU scores them), mcnemar, wilcoxon, or bootstrap (nothing besides)
-    extra_test: str
-    stats: Callable[[list[dict], dict], np.ndarray]
-    score: Callable[[np.ndarray], np.ndarray]
-    value: Callable[[np.ndarray], np.ndarray] | None = None
-    role: str = "headline"  # headline (ranks the variants), secondary, or per-class
-    unit: str = ""  # shown after the title in the report, e.g. "voxels"
 def example_ids(records: list[dict]) -> list:
     """The identity of each example (its record's ``id``, or ``case`` for a volume): runs pair on these."""
     return [r.get("id", r.get("case")) for r in records]

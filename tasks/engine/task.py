@@ -11,10 +11,10 @@ from torch import Tensor, nn
 from plumbing.errors import unknown_name
 from tasks.engine.config import TrainConfig, config_from_dict
 from tasks.engine.distributed import DistInfo
+from tasks.engine.paired_metric import PairedMetric
 from zoo.analysis.delta import TaskShape
 
-if TYPE_CHECKING:  # annotations only: the comparison and the doctor sit above the engine
-    from tasks.compare.paired import PairedMetric
+if TYPE_CHECKING:  # annotations only
     from zoo.analysis.doctor import Batch
     from zoo.registry import Variant
 
