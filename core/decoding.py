@@ -179,12 +179,24 @@ def sample_decode(
     """Sample each token from softmax(logits / temperature), optionally restricted to top-k / top-p."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (use greedy_decode for temperature 0), got {temperature}")
+    return _decode_loop(model, src, lambda logits: pick_next(logits, temperature, top_k, top_p, generator),
+                        max_len, use_cache)
 
-    def pick(logits: Tensor) -> Tensor:
-        probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)  # (B, V)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _decode_loop(model, src, pick, max_len, use_cache)
+def pick_next(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """The next token of each row of ``logits`` ``(B, V)``: a sample from softmax(logits / temperature) restricted
+    to the ``top_k`` / ``top_p`` nucleus (:func:`filter_logits`), or the argmax at ``temperature=0`` (greedy).
+    Returns ``(B,)`` ids."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
 @torch.no_grad()

@@ -95,13 +95,17 @@ class DecoderLayer(ResidualLayer):
 
     ``forward(x, memory, self_mask, memory_mask, is_causal, cache, token_mask)``: ``cache`` is a pair of
     :class:`KVCache` (self, cross) for incremental decoding; ``token_mask`` ``(B, T)`` goes to the FFN.
+
+    ``cross_attn=None`` drops the middle sublayer and its norm: the decoder-only layer of a language model
+    (Liu et al. 2018; GPT), which then takes no ``memory`` and, as ``cache``, its self-attention's
+    :class:`KVCache` alone.
     """
 
     def __init__(
         self,
         d_model: int,
         self_attn: nn.Module,
-        cross_attn: nn.Module,
+        cross_attn: nn.Module | None,
         ffn: nn.Module,
         dropout: float = 0.1,
         norm_first: bool = False,
@@ -109,26 +113,30 @@ class DecoderLayer(ResidualLayer):
     ) -> None:
         super().__init__(d_model, dropout, norm_first)
         self.norm1, self.self_attn = norm(d_model), self_attn
-        self.norm2, self.cross_attn = norm(d_model), cross_attn
+        self.norm2, self.cross_attn = (None, None) if cross_attn is None else (norm(d_model), cross_attn)
         self.norm3, self.ffn = norm(d_model), ffn
 
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None = None,
         self_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
         is_causal: bool = True,
-        cache: tuple[KVCache, KVCache] | None = None,
+        cache: tuple[KVCache, KVCache] | KVCache | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        self_cache, cross_cache = cache if cache is not None else (None, None)
+        self_cache, cross_cache = cache if isinstance(cache, tuple) else (cache, None)
         x = self.residual(
             x, self.norm1, lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache)
         )  # (B, T, D)
-        x = self.residual(
-            x, self.norm2, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache)
-        )  # (B, T, D)
+        if self.cross_attn is not None:
+            x = self.residual(
+                x, self.norm2, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache)
+            )  # (B, T, D)
+        elif memory is not None:
+            raise ValueError("this decoder layer was built without cross-attention (cross_attn=None), so it takes "
+                             "no encoder memory; pass memory=None or build it with a cross-attention module")
         return self.residual(x, self.norm3, lambda h: apply_ffn(self.ffn, h, token_mask))  # (B, T, D)
 
 
@@ -152,16 +160,16 @@ class Encoder(LayerStack):
 
 
 class Decoder(LayerStack):
-    """A stack of decoder layers."""
+    """A stack of decoder layers (without ``memory``: of decoder-only layers, ``cross_attn=None``)."""
 
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None = None,
         self_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
         is_causal: bool = True,
-        cache: list[tuple[KVCache, KVCache]] | None = None,
+        cache: list[tuple[KVCache, KVCache]] | list[KVCache] | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
         for i, layer in enumerate(self.layers):

@@ -6,8 +6,11 @@ Each scheme says *where* it injects position (``injection``):
   (sinusoidal — Vaswani et al. 2017, §3.5; learned absolute — BERT, ViT);
 * ``"qk"``: rotates queries and keys inside every self-attention (RoPE — Su et al. 2021), so the
   score q_m·k_n depends on positions only through m − n;
-* ``"scores"``: adds a per-head linear penalty −m_h·|i − j| to every self-attention score
-  (ALiBi — Press et al. 2022), which extrapolates to longer sequences.
+* ``"scores"``: adds a bias to every self-attention score: a per-head linear penalty −m_h·|i − j|
+  (ALiBi — Press et al. 2022), which extrapolates to longer sequences, or a learned scalar per head and
+  log-spaced distance bucket (T5's relative bias — Raffel et al. 2020);
+* ``"none"``: nothing at all (NoPE — Haviv et al. 2022, Kazemnejad et al. 2023): a causal model still
+  learns order, since a token sees only its prefix.
 
 Every scheme implements all three hooks; the ones it does not use are the identity, so multi-head
 attention can call them unconditionally. Positions are counted from ``offset`` so that incremental
@@ -88,8 +91,8 @@ class LearnedPosition(PositionalScheme):
         if end > self.max_len:
             raise ValueError(
                 f"sequence reaches position {end} but the learned position table has max_len={self.max_len}; "
-                "build the model with a larger max_len, or use a scheme that extrapolates "
-                "(sinusoidal, rope, alibi)"
+                "build the model with a larger max_len, or use a scheme with no table (sinusoidal, rope, alibi, "
+                "t5, none)"
             )
         return x + self.weight[offset:end]  # (B, N, D)
 
@@ -150,11 +153,79 @@ class ALiBiPosition(PositionalScheme):
         return -self.slopes.to(device)[:, None, None] * distance  # (H, Nq, Nk)
 
 
-POSITIONAL_SCHEMES = ("sinusoidal", "learned", "rope", "alibi")
+def relative_position_bucket(
+    relative_position: Tensor, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128
+) -> Tensor:
+    """T5's bucket of each relative position ``key − query``: exact for small distances, log-spaced beyond.
+
+    Half the buckets (of each direction, when ``bidirectional``) hold the distances 0 … n/2 − 1 one by one;
+    the rest cover n/2 … ``max_distance`` logarithmically, and every longer distance shares the last bucket,
+    which is why the bias is defined at any length. Unidirectional (a causal model): keys after the query
+    all fall in bucket 0, where the mask removes them anyway.
+    """
+    if bidirectional:
+        num_buckets //= 2
+        buckets = (relative_position > 0).long() * num_buckets  # keys after the query: the upper half
+        distance = relative_position.abs()
+    else:
+        buckets = torch.zeros_like(relative_position)
+        distance = (-relative_position).clamp(min=0)  # how far back the key is
+    max_exact = num_buckets // 2
+    # log(distance / max_exact) / log(max_distance / max_exact) spreads the long distances over the rest;
+    # clamp(min=1) only keeps log() finite for the short distances that torch.where discards.
+    log_ratio = torch.log(distance.clamp(min=1).float() / max_exact) / math.log(max_distance / max_exact)
+    far = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return buckets + torch.where(distance < max_exact, distance, far)
 
 
-def build_position(name: str, d_model: int, heads: int, max_len: int = 512) -> PositionalScheme:
-    """Build a positional scheme by name: ``sinusoidal``, ``learned``, ``rope`` or ``alibi``."""
+class T5RelativeBias(PositionalScheme):
+    """T5's relative position bias: one learned scalar per head and distance bucket, added to the scores.
+
+    Raffel et al. 2020 ("Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer",
+    §2.1): no position in the embeddings; the bias of score(i, j) is looked up by the bucket of j − i
+    (:func:`relative_position_bucket`) and shared by every layer, as the one module all attentions hold.
+
+    Args:
+        heads: number of heads H (one bias per head and bucket).
+        bidirectional: ``False`` for a causal model (only distances into the past are told apart).
+        num_buckets, max_distance: T5's 32 and 128.
+    """
+
+    injection = "scores"
+
+    def __init__(self, heads: int, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128) -> None:
+        super().__init__()
+        check_positive("heads", heads)
+        check_positive("num_buckets", num_buckets)
+        check_positive("max_distance", max_distance)
+        self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
+        self.relative_attention_bias = nn.Embedding(num_buckets, heads)  # T5's name for the (buckets, H) table
+
+    def score_bias(self, n_q: int, n_k: int, device: torch.device) -> Tensor:
+        q_pos = torch.arange(n_k - n_q, n_k, device=device)[:, None]  # (Nq, 1)
+        k_pos = torch.arange(n_k, device=device)[None, :]  # (1, Nk)
+        buckets = relative_position_bucket(k_pos - q_pos, self.bidirectional, self.num_buckets, self.max_distance)
+        return self.relative_attention_bias(buckets).permute(2, 0, 1)  # (Nq, Nk, H) -> (H, Nq, Nk)
+
+
+class NoPosition(PositionalScheme):
+    """NoPE: no positional information at all; every hook is the identity (the interface's defaults).
+
+    In a causal model order is still implicit, since each token attends only its prefix.
+    """
+
+    injection = "none"
+
+
+POSITIONAL_SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "t5", "none")
+
+
+def build_position(name: str, d_model: int, heads: int, max_len: int = 512, causal: bool = False) -> PositionalScheme:
+    """Build a positional scheme by name (one of :data:`POSITIONAL_SCHEMES`).
+
+    ``causal``: the model attends only backwards (a decoder-only language model), so T5's bias tells apart
+    distances into the past only; schemes without a direction ignore it.
+    """
     if name == "sinusoidal":
         return SinusoidalPosition(d_model)
     if name == "learned":
@@ -163,4 +234,8 @@ def build_position(name: str, d_model: int, heads: int, max_len: int = 512) -> P
         return RotaryPosition(d_model // heads)
     if name == "alibi":
         return ALiBiPosition(heads)
+    if name == "t5":
+        return T5RelativeBias(heads, bidirectional=not causal)
+    if name == "none":
+        return NoPosition()
     raise unknown_name("positional scheme", name, POSITIONAL_SCHEMES)
