@@ -10,6 +10,10 @@ and all of them compare :func:`result_settings` (the config without the fields o
   variant differ only in the seed (and the fields of :data:`UNCHANGING`);
 * ``zoo cv``: a fold found in its folder is reused only when it is this run.
 
+A config is compared in the form its task's config class gives it now (:func:`current_form`), whatever version of
+the code recorded it: a run written before issue 36 recorded ``--patch-size`` as the flag's text ``"32,64,64"``,
+today's config writes a list, and both are the same run to every consumer.
+
 Each field of :data:`UNCHANGING` says why it cannot change a result. Every other field can, and two configs that
 differ in one are two runs. :data:`CHANGING` gives the reason for the fields most often taken for settings that
 "only say how it runs": ``epochs``, ``device``, ``compile``, ``deterministic``; error messages quote it.
@@ -22,6 +26,7 @@ how long one step takes).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 _ROUNDING = ("It may change the last bits of a float reduction (as the thread count does), never what is trained "
@@ -72,14 +77,37 @@ UNTIMED: dict[str, str] = {
 }
 
 
+def current_form(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a run's recorded ``config.json``, its ``run.json`` ``config``, a checkpoint's) with each value in
+    the form its task's config class gives it now: rebuilt by :func:`plumbing.configs.config_from_dict` and written
+    back by the class's ``to_dict`` (a patch recorded as ``"16,32,32"`` reads ``[16, 32, 32]``). The same keys come
+    back: a field the record lacks stays missing, a field this code no longer knows keeps its recorded value.
+
+    A record that cannot be rebuilt (no task, a task not registered here, a value this code refuses) comes back as
+    written, and is compared as such: then it differs where it did before, and nothing raises here.
+    """
+    from plumbing.configs import config_from_dict
+    from tasks.engine.registry import task_class
+
+    try:
+        config_class = task_class(config["task"]).config_class
+        known = {f.name for f in dataclasses.fields(config_class) if f.init}
+        rebuilt = config_from_dict(config_class, {k: v for k, v in config.items() if k in known}).to_dict()
+    except (KeyError, TypeError, ValueError):
+        return config
+    return {k: rebuilt.get(k, v) for k, v in config.items()}
+
+
 def result_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` without the fields of :data:`UNCHANGING`: what decides the run's result."""
-    return {k: v for k, v in config.items() if k not in UNCHANGING}
+    """``config`` (in its :func:`current_form`) without the fields of :data:`UNCHANGING`: what decides the run's
+    result."""
+    return {k: v for k, v in current_form(config).items() if k not in UNCHANGING}
 
 
 def setting_differences(recorded: dict[str, Any], requested: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Fields outside :data:`UNCHANGING` whose values differ: name -> (recorded, requested), sorted by name.
-    A field missing on one side counts as ``None`` there."""
+    """Fields outside :data:`UNCHANGING` whose values differ, both configs in their :func:`current_form`:
+    name -> (recorded, requested), sorted by name. A field missing on one side counts as ``None`` there."""
+    recorded, requested = current_form(recorded), current_form(requested)
     keys = (set(recorded) | set(requested)) - set(UNCHANGING)
     return {k: (recorded.get(k), requested.get(k)) for k in sorted(keys) if recorded.get(k) != requested.get(k)}
 

@@ -120,3 +120,30 @@ def test_a_cifar_run_resumed_with_more_epochs_is_refused(tmp_path):
     with pytest.raises(ValueError, match=expected):
         Trainer(CifarTask, config(epochs=2, resume=True)).fit()
     assert Trainer(CifarTask, config(resume=True)).fit()["epochs"] == 1
+
+
+def test_a_recorded_config_is_compared_in_the_form_its_config_class_gives_it_now():
+    """Runs written before issue 36 recorded medseg's ``patch_size`` as the flag's text ("16,32,32"); the config now
+    holds a tuple and writes a list. Every consumer sees the old record and today's config as the same run: the sweep
+    reuses it, --resume continues it, zoo cv reuses the fold, --runs pools it."""
+    now = MedsegConfig(variant="dynunet", preset="tiny", patch_size=(16, 32, 32)).to_dict()
+    assert now["patch_size"] == [16, 32, 32]
+    recorded = {**now, "patch_size": "16,32,32"}  # what the old code wrote into config.json, run.json, last.pt
+    assert config_hash("medseg", recorded) == config_hash("medseg", now)
+    assert setting_differences(recorded, now) == {}
+    check_same_run(Path("last.pt"), recorded, now)
+    assert _pooled_settings(recorded) == _pooled_settings(now)
+    assert result_settings(recorded)["patch_size"] == [16, 32, 32]
+    # another patch is another run, named in today's form on both sides
+    assert setting_differences({**recorded, "patch_size": "8,32,32"}, now) == {"patch_size": ([8, 32, 32],
+                                                                                            [16, 32, 32])}
+
+
+def test_a_record_this_code_cannot_rebuild_is_compared_as_it_was_written():
+    """A config of a task not registered here (a plugin not loaded), or with a value this code refuses, cannot be put
+    in today's form: it is compared as recorded, so a difference is still reported and nothing raises."""
+    now = MedsegConfig(patch_size=(16, 32, 32)).to_dict()
+    assert setting_differences({**now, "patch_size": "0,32,32"}, now) == {"patch_size": ("0,32,32", [16, 32, 32])}
+    plugin = {"task": "not-registered-here", "patch_size": "16,32,32", "lr": 0.1}
+    assert result_settings(plugin) == plugin
+    assert setting_differences(plugin, {**plugin, "lr": 0.2}) == {"lr": (0.1, 0.2)}
