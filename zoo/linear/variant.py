@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from core.model import PRESETS, Transformer, TransformerConfig
 from zoo.classic import token_inputs
+from zoo.lm import on_lm
 from zoo.registry import Change, Paper, Variant, register
 from zoo.vit import on_vit
 
@@ -67,3 +68,6 @@ LINEAR = register(
 
 # The same kernel in ViT, for the image task: a "lite" ViT (narrow, few heads) with linear attention.
 LINEAR_VIT = register(on_vit(LINEAR, {"lite": dict(d_model=96, depth=4, heads=2, patch_size=4, mlp_ratio=2.0)}))
+
+# The same kernel in the decoder-only language model: causal, and decoding from its recurrent state.
+LINEAR_LM = register(on_lm(LINEAR))

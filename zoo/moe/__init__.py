@@ -17,12 +17,14 @@ and the same with a KV cache as with full recomputation).
   (the MoE's names for the collectors of :mod:`core.sidechannels`, which the trainer and delta use).
 
 Importing this package registers the FFN type ``"moe"`` (``TransformerConfig(ffn="moe",
-ffn_options={...})``, options in :data:`MOE_OPTIONS`) and the variant ``"moe"`` for translation.
+ffn_options={...})``, options in :data:`MOE_OPTIONS`) and the variant ``"moe"`` for translation,
+images and language modelling.
 """
 
 from core.ffn import register_ffn
 from core.model import PRESETS, Transformer, TransformerConfig
 from zoo.classic import token_inputs
+from zoo.lm import on_lm
 from zoo.moe.auxiliary import active_parameters, auxiliary_loss, moe_layers, routing_stats
 from zoo.moe.layer import MOE_OPTIONS, MoEFFN, moe_ffn
 from zoo.moe.router import Routing, TopKRouter
@@ -73,3 +75,6 @@ MOE = register(
 
 # The same FFN in ViT, for the image task.
 MOE_VIT = register(on_vit(MOE))
+
+# The same FFN in the decoder-only language model.
+MOE_LM = register(on_lm(MOE))
