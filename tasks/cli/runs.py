@@ -8,6 +8,12 @@ only one task understands are refused for the others.
 predict as one ensemble (:mod:`tasks.runs.ensemble`) where the task supports it (medseg). The inference options
 (``--tta``, ``--mirror-axes``, ``--overlap``, ``--sw-mode``, ``--sw-batch-size``) replace the run's own settings of
 those names for this call, and are refused for a task whose config has no such field.
+
+A task adds its own options to ``zoo predict`` and ``zoo evaluate`` with the classmethod
+``add_arguments(command, parser)`` (e.g. lm's ``--prompt`` and ``--lengths``): the command line calls it for every
+registered task, and a flag another task already defined is kept once. Given to ``zoo predict``, such an option
+goes to the run's ``Task.predict_inputs`` (if the task lists it in ``predict_options``); given to ``zoo evaluate``,
+an option whose dest is a config field of the run's task replaces the run's setting for this call.
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ def _load(args: argparse.Namespace):
     return run
 
 
-def _load_members(args: argparse.Namespace) -> list:
+def _load_members(args: argparse.Namespace, config_options: tuple[str, ...] = ()) -> list:
     """The run of ``args`` as a one-member list, or every fold's run of a cross-validation folder; each with the
-    call's inference options applied to its config."""
+    call's inference options (and ``config_options``, dests of the tasks' own options) applied to its config."""
     import dataclasses
 
     import torch
@@ -55,15 +61,23 @@ def _load_members(args: argparse.Namespace) -> list:
             torch.set_num_threads(members[0].config.num_threads)
     from tasks.medseg.config import INFERENCE_OPTIONS  # the config fields one call may set for itself
 
-    overrides = {name: getattr(args, name) for name in INFERENCE_OPTIONS if getattr(args, name, None) is not None}
+    names = (*INFERENCE_OPTIONS, *config_options)
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     for run in members:
         fields = {f.name for f in dataclasses.fields(run.task.config)}
         unknown = [name for name in overrides if name not in fields]
         if unknown:
-            flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
-            raise ValueError(f"{flags}: not an option of {run.task.name} runs (they apply to medseg runs)")
+            flags = ", ".join(_flag(args, name) for name in unknown)
+            offered = getattr(args, "task_options", {})
+            takers = sorted({task for name in unknown for task in offered.get(name, ["medseg"])})
+            raise ValueError(f"{flags}: not an option of {run.task.name} runs (they apply to {', '.join(takers)} runs)")
         run.task.config = dataclasses.replace(run.task.config, **overrides)  # validated by the config
     return members
+
+
+def _flag(args: argparse.Namespace, dest: str) -> str:
+    """The flag that sets ``dest`` (a task's own option may be named otherwise: --lengths sets eval_lengths)."""
+    return getattr(args, "option_flags", {}).get(dest, "--" + dest.replace("_", "-"))
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -72,7 +86,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     if args.pred is not None or args.labels is not None or (args.run in task_names() and not Path(args.run).is_dir()):
         return _evaluate_folders(args)
-    members = _load_members(args)
+    members = _load_members(args, tuple(args.task_options))
     run = members[0]
     metrics, out = evaluate_run(run, args.data, args.split, args.out, members=members)
     lines = summary_lines({"task": run.task.name, "variant": run.variant, "epochs": 0, "train_seconds": 0,
@@ -97,14 +111,14 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     members = _load_members(args)
     run = members[0]
     options = {"members": members} if len(members) > 1 else {}
-    for name in PREDICT_OPTIONS:
+    for name in dict.fromkeys((*PREDICT_OPTIONS, *args.task_options)):
         value = getattr(args, name)
         if value is None:
             continue
         if name not in run.task.predict_options:
-            flag = "--" + name.replace("_", "-")
             takers = [task for task in task_names() if name in task_class(task).predict_options]
-            raise ValueError(f"{flag} is an option of {', '.join(takers)} runs; {args.run} is a {run.task.name} run")
+            raise ValueError(f"{_flag(args, name)} is an option of {', '.join(takers)} runs; {args.run} is a "
+                             f"{run.task.name} run")
         options[name] = value
     if args.batch_size is not None:
         options["batch_size"] = args.batch_size
@@ -152,6 +166,37 @@ def _inference_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sw-batch-size", type=int, default=None, help="medseg 3D: windows per forward pass (memory)")
 
 
+class _TaskOptions:
+    """The parser a task's ``add_arguments(command, parser)`` hook adds to: a flag whose dest the command already
+    has (another task's, or a shared one) is not added twice; records which tasks offer each added dest."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser, self.task = parser, ""
+        self.dests: dict[str, list[str]] = {}  # dest -> the tasks whose hook added it
+        self.flags: dict[str, str] = {}  # dest -> its first flag
+        self._known = {action.dest for action in parser._actions}
+
+    def add_argument(self, *flags: str, **kwargs) -> None:
+        dest = kwargs.get("dest") or flags[0].lstrip("-").replace("-", "_")
+        if dest in self.dests:
+            self.dests[dest].append(self.task)
+        elif dest not in self._known:
+            self.parser.add_argument(*flags, **kwargs)
+            self.dests[dest], self.flags[dest] = [self.task], flags[0]
+            self._known.add(dest)
+
+
+def _task_arguments(command: str, p: argparse.ArgumentParser) -> None:
+    """Let every registered task add its own options to ``command`` (``Task.add_arguments``, where defined)."""
+    options = _TaskOptions(p)
+    for name in task_names():
+        hook = getattr(task_class(name), "add_arguments", None)
+        if hook is not None:
+            options.task = name
+            hook(command, options)
+    p.set_defaults(task_options=options.dests, option_flags=options.flags)
+
+
 def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run folder written by `zoo train` (its --out) or `zoo export`; zoo predict and zoo "
                    "evaluate also take a `zoo cv` folder (its folds as one ensemble)")
@@ -174,6 +219,7 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
                    "(default: the labels' own, else the label values found)")
     p.add_argument("--chill", action="store_true", help="medseg: allow references that have no prediction")
     _inference_arguments(p)
+    _task_arguments("evaluate", p)
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("predict", help="use a finished run on new inputs: sentences, images or volumes")
@@ -184,9 +230,10 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
                    "default predictions.csv) or folder (medseg: default predictions/)")
     p.add_argument("--batch-size", type=int, default=None, help="inputs per forward pass")
     p.add_argument("--beam-size", type=int, default=None, help="translation: beam search with this beam (1: greedy)")
-    p.add_argument("--temperature", type=float, default=None, help="translation: sample at this temperature (> 0)")
-    p.add_argument("--top-k", type=int, default=None, help="translation: sample from the k most probable tokens")
-    p.add_argument("--top-p", type=float, default=None, help="translation: sample from the nucleus of mass p")
+    p.add_argument("--temperature", type=float, default=None, help="translation: sample at this temperature (> 0); "
+                   "lm: 0 is greedy")
+    p.add_argument("--top-k", type=int, default=None, help="translation, lm: sample from the k most probable tokens")
+    p.add_argument("--top-p", type=float, default=None, help="translation, lm: sample from the nucleus of mass p")
     p.add_argument("--attention", default=None, metavar="DIR", help="cifar: write attention maps as PNGs to DIR")
     p.add_argument("--labels", default=None, metavar="DIR", help="medseg: label volumes to score the predictions")
     p.add_argument("--save-probabilities", action="store_true", default=None, help="medseg: also write each case's "
@@ -195,6 +242,7 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runtime", default="torch", choices=("torch", "onnxruntime"), help="onnxruntime: run the graphs "
                    "of a `zoo export --format onnx` folder instead of the PyTorch model (default: torch)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _task_arguments("predict", p)
     p.set_defaults(func=_cmd_predict)
 
     p = sub.add_parser("export", help="write a run for other tools: safetensors + run.json, a Hugging Face "
