@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -189,17 +190,36 @@ def headline(row: dict[str, Any]) -> dict[str, Any] | None:
     return row["sliding"] or row["non_overlapping"]
 
 
-def compare_schemes(runs: Mapping[str, Sequence[Sequence[dict[str, Any]] | tuple[nn.Module, Tensor]]],
-                    train_length: int, multiples: Sequence[int] = MULTIPLES, stride: int | None = None,
-                    batch_size: int = 16, confidence: float = 0.95) -> list[dict[str, Any]]:
+def measure_run(path: str | Path, lengths: Sequence[int], stride: int | None = None, batch_size: int = 16,
+                split: str = "valid") -> tuple[list[dict[str, Any]], int]:
+    """:func:`perplexity_at_lengths` of a finished ``zoo train lm`` run folder on its own ``split``, and the
+    context length it was trained at."""
+    from tasks.runs.run import load_run
+
+    run = load_run(path, task="lm")
+    run.task.setup()  # reads the run's corpus and encodes it with the run's own tokenizer
+    if split not in run.task.ids:
+        raise ValueError(f"split {split!r} is not one of the run's splits {sorted(run.task.ids)}; pick one of them")
+    rows = perplexity_at_lengths(run.model, run.task.ids[split], lengths, stride, batch_size,
+                                 n_chars=len(run.task.texts[split]))
+    return rows, run.task.config.context
+
+
+Seed = Sequence[dict[str, Any]] | tuple[nn.Module, Tensor] | str | Path
+
+
+def compare_schemes(runs: Mapping[str, Sequence[Seed]], train_length: int, multiples: Sequence[int] = MULTIPLES,
+                    stride: int | None = None, batch_size: int = 16, confidence: float = 0.95,
+                    split: str = "valid") -> list[dict[str, Any]]:
     """Perplexity at each multiple of the training length, per scheme, as a mean over seeds with a Student-t
     interval (:func:`tasks.compare.stats.t_interval`): the README's extrapolation table and the lesson's.
 
     Args:
-        runs: for each scheme (or run) name, one entry per seed: either the rows
-            :func:`perplexity_at_lengths` returned for it, or a ``(model, tokens)`` pair, measured here.
+        runs: for each scheme (or run) name, one entry per seed: the rows :func:`perplexity_at_lengths`
+            returned for it, a ``(model, tokens)`` pair, or a ``zoo train lm`` run folder (measured on its
+            ``split``; refused when it was trained at another context than ``train_length``).
         train_length: the length the models were trained at; the table's lengths are its ``multiples``.
-        stride: the sliding window's stride for pairs measured here (None: non-overlapping).
+        stride: the sliding window's stride for what is measured here (None: non-overlapping).
         confidence: the interval's level.
 
     Returns:
@@ -213,8 +233,7 @@ def compare_schemes(runs: Mapping[str, Sequence[Sequence[dict[str, Any]] | tuple
     for name, seeds in runs.items():
         if not seeds:
             raise ValueError(f"scheme {name!r} has no runs; give at least one seed's rows or (model, tokens)")
-        measured = [perplexity_at_lengths(*seed, lengths, stride, batch_size) if isinstance(seed, tuple) else seed
-                    for seed in seeds]
+        measured = [measure(seed, lengths, train_length, stride, batch_size, split) for seed in seeds]
         for multiple, length in zip(multiples, lengths, strict=True):
             found = [[row for row in rows if row["length"] == length] for rows in measured]
             if not all(found):
@@ -230,3 +249,17 @@ def compare_schemes(runs: Mapping[str, Sequence[Sequence[dict[str, Any]] | tuple
                 entry["note"] = "1 seed, no interval" if len(seeds) == 1 else ""
             table.append(entry)
     return table
+
+
+def measure(seed: Seed, lengths: Sequence[int], train_length: int, stride: int | None, batch_size: int,
+            split: str) -> Sequence[dict[str, Any]]:
+    """One seed's rows for :func:`compare_schemes`: given, measured on a ``(model, tokens)`` pair, or on a run."""
+    if isinstance(seed, (str, Path)):
+        rows, context = measure_run(seed, lengths, stride, batch_size, split)
+        if context != train_length:
+            raise ValueError(f"run {seed} was trained at context {context}, not train_length={train_length}; "
+                             f"compare runs trained at one length, or pass train_length={context}")
+        return rows
+    if isinstance(seed, tuple):
+        return perplexity_at_lengths(*seed, lengths, stride, batch_size)
+    return seed

@@ -4,6 +4,7 @@ separately with its own window, on a tiny decoder-only model of every position s
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -181,3 +182,34 @@ def test_curves_and_report_section(tmp_path):
     assert f"At 4× the training length (32 tokens) perplexity is {ratio:.3g}× that at the training length" in text
     assert "not defined past 16" in markdown_section(rows["learned"], 8)
     assert "Not defined past the training length (16 tokens)" in markdown_section(rows["learned"], 16)
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory) -> Path:
+    """A ``zoo train lm`` run of one short epoch at context 8 on a small text file."""
+    from tasks.cli.main import main
+
+    root = tmp_path_factory.mktemp("lm")
+    words = ["the", "king", "queen", "sword", "crown", "night", "day", "love", "death", "heart"]
+    rng = torch.Generator().manual_seed(0)
+    text = " ".join(words[i] for i in torch.randint(0, len(words), (800,), generator=rng).tolist())
+    (root / "corpus.txt").write_text(text)
+    assert main(["train", "lm", "--data", str(root / "corpus.txt"), "--preset", "tiny", "--context", "8",
+                 "--epochs", "1", "--num-threads", "1", "--progress", "false", "--out", str(root / "run")]) == 0
+    return root / "run"
+
+
+def test_compare_schemes_measures_run_folders_at_their_training_length(lm_run):
+    from tasks.runs.run import load_run
+
+    (first, second) = compare_schemes({"classic": [lm_run, str(lm_run)]}, 8, multiples=(1, 2), stride=4)
+    run = load_run(lm_run)
+    run.task.setup()
+    (row,) = perplexity_at_lengths(run.model, run.task.ids["valid"], [16], 4)
+    assert second["length"] == 16 and second["seeds"] == 2
+    assert second["mean"] == pytest.approx(row["sliding"]["perplexity"], rel=1e-9)
+    assert second["interval"] == pytest.approx((second["mean"],) * 2, abs=1e-9)  # the same run twice: no spread
+    with pytest.raises(ValueError, match="trained at context 8, not train_length=16.*train_length=8"):
+        compare_schemes({"classic": [lm_run]}, 16)
+    with pytest.raises(ValueError, match="split 'dev' is not one of the run's splits"):
+        compare_schemes({"classic": [lm_run]}, 8, split="dev")
