@@ -40,7 +40,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     else:
         from zoo.registry import get_variant
 
-        task = args.task or get_variant(args.variant).tasks[0]
+        task = args.task or get_variant(args.variant).tasks[0]  # passed down: the doctor does not look it up again
         suffix = f"-{args.lab_mistake}" if args.lab_mistake else ""
         out = Path(args.out or f"runs/doctor/{args.variant}-{task}{suffix}")
     if out.exists() and not out.is_dir():
@@ -54,7 +54,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     if args.run is not None:
         diagnosis = doctor_run(args.run, args.checkpoint, args.device, args.batch_size, args.lab_mistake)
     else:
-        diagnosis = doctor_variant(args.variant, args.task, args.preset, parse_assignments(args.model_set),
+        diagnosis = doctor_variant(args.variant, task, args.preset, parse_assignments(args.model_set),
                                    args.lab_mistake, args.device, args.batch_size, args.seed)
     files = write_diagnosis(diagnosis, out, figures=not args.no_figures)
     print(f"zoo doctor: {diagnosis.context.get('source')}")

@@ -39,7 +39,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from zoo.analysis.report import render_markdown
     from zoo.registry import get_variant
 
-    report = measure(args.variant, task_shape(args.task or get_variant(args.variant).tasks[0]), args.preset)
+    shape = task_shape(args.task) if args.task else None  # an unknown task: "did you mean" among the tasks
+    variant = get_variant(args.variant, args.task)  # looked up once, and measured as it is
+    report = measure(variant, shape or task_shape(variant.tasks[0]), args.preset)
     print(json.dumps(report, indent=2) if args.format == "json" else render_markdown(report))
     return 0
 

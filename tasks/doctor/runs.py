@@ -19,7 +19,7 @@ from tasks.engine.distributed import DistInfo, select_device
 from tasks.engine.registry import task_class
 from zoo.analysis.doctor import Batch, Diagnosis, examine
 from zoo.analysis.doctor.training import STEPS_FILE, eval_split, read_jsonl
-from zoo.registry import get_variant, list_variants
+from zoo.registry import get_variant
 
 
 def _batch(task, split: str, n: int) -> Batch:
@@ -61,7 +61,11 @@ def doctor_variant(variant: str, task_name: str | None = None, preset: str | Non
                    model_set: dict[str, Any] | None = None, mistake: str | None = None, device: str = "cpu",
                    batch_size: int = 64, seed: int = 0, n_train: int | None = None) -> Diagnosis:
     """Examine ``variant`` at initialisation, built by the task runner exactly as ``zoo train`` would build it,
-    on a batch of the task's embedded data (``mistake``: inject one of :data:`tasks.doctor.mistakes.MISTAKES`)."""
+    on a batch of the task's embedded data (``mistake``: inject one of :data:`tasks.doctor.mistakes.MISTAKES`).
+
+    ``task_name``: default, the variant's first task (one lookup by name to find it); the registration itself is
+    resolved once, by the task (:attr:`tasks.engine.task.Task.variant`), and read from there.
+    """
     check_positive("batch_size", batch_size)
     task_name = task_name or get_variant(variant).tasks[0]
     cls = task_class(task_name)
@@ -85,7 +89,7 @@ def doctor_variant(variant: str, task_name: str | None = None, preset: str | Non
     warmup = harm.warmup if harm is not None and harm.warmup is not None else config.warmup
     diagnosis = examine(model, _batch(task, eval_split(task), batch_size), trained=False,
                         warmup_steps=warmup)
-    own = get_variant(variant, task_name).default_preset if variant in list_variants(task_name) else None
+    own = task.variant.default_preset if task.variant is not None else None  # None: a reference model
     shown = preset or (f"{task.preset} (the task's default)" if task.preset
                        else f"{own} (the variant's default)" if own else "the variant's default")
     diagnosis.context["source"] = (f"variant {variant} ({task_name}, preset {shown}) at "

@@ -20,11 +20,12 @@ def variant_page(row: dict[str, Any], folder: Path, check: bool = True) -> dict[
     (the conformance verdict)."""
     from tasks.engine.registry import task_shape
     from zoo.analysis.delta import measure
+    from zoo.analysis.probes import probe_preset
     from zoo.analysis.report import render_markdown
 
     variant = get_variant(row["name"], row["tasks"][0])
     task = variant.tasks[0]
-    code_preset = "tiny" if "tiny" in variant.presets else variant.default_preset
+    code_preset = probe_preset(variant)  # the smallest builds fastest, and its modules have the same code
     folder.mkdir(parents=True, exist_ok=True)
     parts = [_header(variant, row)]
     parts += ["<h2 id='changes'>What changed, and the code</h2>",
@@ -39,7 +40,7 @@ def variant_page(row: dict[str, Any], folder: Path, check: bool = True) -> dict[
             if side.classes:
                 parts.append(f"<section class='change' id='part-{part}'><h3>{part}</h3>"
                              f"{_pane(variant.name, side.sources, side.classes)}</section>")
-    report = measure(variant.name, task_shape(task), variant.default_preset)
+    report = measure(variant, task_shape(task), variant.default_preset)
     parts += ["<h2 id='measured'>Measured</h2>",
               f"<p class='muted'>The delta analysis (<code>zoo diff {escape(variant.name)}</code>) at preset "
               f"<code>{escape(report['preset'])}</code> on {escape(task)}.</p>"]

@@ -91,19 +91,37 @@ def measured_at(variant: Variant, task: TaskShape, preset: str | None = None,
     return preset, {**task.config_overrides(task.shape), **(overrides or {})}
 
 
-def build_pair(name: str, task: TaskShape, preset: str | None = None,
+def registration_on(variant: str | Variant, task: TaskShape) -> Variant:
+    """The registration of ``variant`` that ``task`` measures: a name is looked up once, here; a
+    :class:`~zoo.registry.Variant` a caller already holds (a run's ``Task.variant``, a catalogue row's) is taken as
+    it is, so that the analysis does not look the name up again.
+
+    Raises:
+        ValueError: an unknown name ("did you mean"), or a variant that does not run on the task.
+    """
+    if not isinstance(variant, Variant):
+        return get_variant(variant, _shape(task).name)
+    if _shape(task).name not in variant.tasks:
+        raise ValueError(f"this registration of {variant.name!r} runs on {', '.join(variant.tasks)}, not on the "
+                         f"{task.name} task; pass the registration for {task.name} (get_variant(name, "
+                         f"{task.name!r})) or the variant's name")
+    return variant
+
+
+def build_pair(variant: str | Variant, task: TaskShape, preset: str | None = None,
                **overrides: Any) -> tuple[nn.Module, nn.Module, Any, Counterpart]:
     """The variant and its classic counterpart on a task, built.
 
     Args:
-        name, task, preset: the variant, the task's shape and the preset (default: :func:`measured_at`).
+        variant, task, preset: the variant (a name or its registration for the task: :func:`registration_on`), the
+            task's shape and the preset (default: :func:`measured_at`).
         overrides: config overrides of both models (e.g. the vocabulary a training run used).
 
     Returns:
         ``(variant model, classic model, variant config, counterpart)``; the classic model is the
         :class:`~zoo.analysis.counterpart.Counterpart`'s (its ``config``, built by its ``registration``).
     """
-    variant = get_variant(name, _shape(task).name)
+    variant = registration_on(variant, task)
     preset, overrides = measured_at(variant, task, preset, overrides)
     reference = counterpart(variant, task.name, preset, overrides)
     config = variant.config(reference.preset, **overrides)
@@ -265,14 +283,15 @@ def _at_variant_sizes(lines: list[dict[str, Any]], params: int, flops: int) -> d
 
 
 def measure(
-    name: str,
+    variant: str | Variant,
     task: TaskShape,
     preset: str | None = None,
     memory: bool = True,
     overrides: dict[str, Any] | None = None,
     attribution: bool = True,
 ) -> dict[str, Any]:
-    """The full delta report of variant ``name`` on a task (its :class:`TaskShape`) as a JSON-ready dict.
+    """The full delta report of ``variant`` on a task (its :class:`TaskShape`) as a JSON-ready dict: a name, looked
+    up once, or the registration a caller holds (:func:`registration_on`).
 
     ``overrides`` change the variant's config (and the classic counterpart's alike), e.g. the vocabulary
     size a training run really used. ``attribution=False`` skips building the intermediate models of
@@ -281,8 +300,8 @@ def measure(
     The classic side is :func:`zoo.analysis.counterpart.counterpart`: ``counterpart`` says which registration and
     preset, ``undeclared`` lists the config fields where the variant differs from it with no change declared.
     """
-    variant = get_variant(name, _shape(task).name)
-    model, classic, config, reference = build_pair(name, task, preset, **(overrides or {}))
+    variant = registration_on(variant, task)
+    model, classic, config, reference = build_pair(variant, task, preset, **(overrides or {}))
     base, classic_config = reference.registration, reference.config
     spec = task
     shape = spec.for_config(config)
@@ -333,7 +352,7 @@ def measure(
     }
     report: dict[str, Any] = {
         "schema": 2,
-        "variant": name,
+        "variant": variant.name,
         "task": task.name,
         "preset": reference.preset,
         "counterpart": {"base": reference.base.name if reference.base else None, "preset": reference.preset,

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from core.decoding import beam_search, greedy_decode
-from zoo.registry import get_variant, list_variants, registrations
+from zoo.registry import Variant, get_variant, list_variants, registrations
 
 PROTOCOL = ("encode", "decode", "new_cache", "config")
 
@@ -48,23 +48,22 @@ def is_autoregressive(model: nn.Module) -> bool:
     return all(hasattr(model, name) for name in PROTOCOL)
 
 
-def quiet_overrides(name: str, task: str) -> dict[str, float]:
-    """Config overrides that turn off every dropout-like rate of a registration's config (fields named
+def quiet_overrides(variant: Variant) -> dict[str, float]:
+    """Config overrides that turn off every dropout-like rate of the registration ``variant``'s config (fields named
     ``*dropout*`` or ``drop_path*``), so that a model in training mode is deterministic."""
-    config_class = get_variant(name, task).config_class
-    return {f.name: 0.0 for f in fields(config_class) if "dropout" in f.name or f.name.startswith("drop_path")}
+    return {f.name: 0.0 for f in fields(variant.config_class) if "dropout" in f.name or f.name.startswith("drop_path")}
 
 
 def build_for_probes(name: str, task: str, training: bool = False, seed: int = 0) -> nn.Module:
-    """A registration at :func:`probe_preset` with :func:`quiet_overrides`, in train or eval mode."""
+    """The registration of ``name`` for ``task`` (looked up once) at :func:`probe_preset` with
+    :func:`quiet_overrides`, in train or eval mode."""
     variant = get_variant(name, task)
     torch.manual_seed(seed)
-    return variant.build(variant.config(probe_preset(name, task), **quiet_overrides(name, task))).train(training)
+    return variant.build(variant.config(probe_preset(variant), **quiet_overrides(variant))).train(training)
 
 
-def probe_preset(name: str, task: str) -> str:
-    """The smallest preset of a registration (``tiny`` where it has one, else its default)."""
-    variant = get_variant(name, task)
+def probe_preset(variant: Variant) -> str:
+    """The smallest preset of the registration ``variant`` (``tiny`` where it has one, else its default)."""
     return "tiny" if "tiny" in variant.presets else variant.default_preset
 
 
@@ -74,7 +73,7 @@ def autoregressive_variants() -> list[tuple[str, str]]:
     for name in list_variants():
         for variant in registrations(name):
             task = variant.tasks[0]
-            if is_autoregressive(variant.build(variant.config(probe_preset(name, task)))):
+            if is_autoregressive(variant.build(variant.config(probe_preset(variant)))):
                 found.append((name, task))
     return found
 

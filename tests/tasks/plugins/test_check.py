@@ -27,10 +27,10 @@ REGISTRATIONS = [(name, task) for name in zoo.list_variants() for task in dict.f
 @pytest.mark.slow
 @pytest.mark.parametrize("name, task", REGISTRATIONS, ids=[f"{n}-{t}" for n, t in REGISTRATIONS])
 def test_every_builtin_variant_is_a_fair_patch(name, task):
-    preset = probes.probe_preset(name, task)
+    variant = zoo.get_variant(name, task)
+    preset = probes.probe_preset(variant)
     (report,) = check_variant(name, task, [preset])
     assert not report.failed, "\n" + render(report)
-    variant = zoo.get_variant(name, task)
     measurable = not variant.changes or any(c.revertible for c in variant.changes)
     expected = {"build", "forward", "backward", "batch (eval)", "save/load", "seed", "accounting",
                 *(["changes"] if measurable else []), *(f"revert {c.name}" for c in variant.changes if c.revertible)}
