@@ -103,8 +103,7 @@ def registration_on(variant: str | Variant, task: TaskShape) -> Variant:
         return get_variant(variant, _shape(task).name)
     if _shape(task).name not in variant.tasks:
         raise ValueError(f"this registration of {variant.name!r} runs on {', '.join(variant.tasks)}, not on the "
-                         f"{task.name} task; pass the registration for {task.name} (get_variant(name, "
-                         f"{task.name!r})) or the variant's name")
+                         f"{task.name} task; pass the variant's name, or its registration for {task.name}")
     return variant
 
 
