@@ -126,6 +126,13 @@ class DecoderLayer(ResidualLayer):
         cache: tuple[KVCache, KVCache] | KVCache | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
+        if (memory is None) != (self.cross_attn is None):
+            raise ValueError(
+                "this decoder layer was built without cross-attention (cross_attn=None), so it takes no encoder "
+                "memory; pass memory=None" if self.cross_attn is None else
+                "this decoder layer attends to an encoder memory and got memory=None; pass the encoder's output, or "
+                "build the layer with cross_attn=None for a decoder-only model"
+            )
         self_cache, cross_cache = cache if isinstance(cache, tuple) else (cache, None)
         x = self.residual(
             x, self.norm1, lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache)
@@ -134,9 +141,6 @@ class DecoderLayer(ResidualLayer):
             x = self.residual(
                 x, self.norm2, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache)
             )  # (B, T, D)
-        elif memory is not None:
-            raise ValueError("this decoder layer was built without cross-attention (cross_attn=None), so it takes "
-                             "no encoder memory; pass memory=None or build it with a cross-attention module")
         return self.residual(x, self.norm3, lambda h: apply_ffn(self.ffn, h, token_mask))  # (B, T, D)
 
 

@@ -6,6 +6,7 @@ import torch
 from core.generation import generate
 from core.language_model import PRESETS, LanguageModel, LanguageModelConfig, build_language_model
 from core.layers import DecoderLayer
+from core.model import build_transformer
 from core.position import POSITIONAL_SCHEMES
 from zoo.linear import LinearAttention  # noqa: F401  (registers the "linear" kernel)
 from zoo.moe import MOE_OPTIONS
@@ -170,3 +171,9 @@ def test_parameter_count_of_the_small_preset():
     assert count(bias=False, norm_first=True) == layers * (per_layer + 2 * d) + d + V * d + max_len * d == 804_096
     assert count() == 809_600  # Post-LN with every bias
     assert PRESETS["small"] == dict(d_model=d, heads=4, layers=layers, d_ff=d_ff, max_len=max_len, dropout=0.0)
+
+
+def test_a_decoder_layer_with_cross_attention_refuses_a_missing_memory():
+    layer = build_transformer("tiny").decoder.layers[0]
+    with pytest.raises(ValueError, match="got memory=None; pass the encoder's output"):
+        layer(torch.zeros(1, 3, 32))
