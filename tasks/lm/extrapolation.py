@@ -77,6 +77,7 @@ def token_nll(model: nn.Module, tokens: Tensor, length: int, stride: int | None 
         tokens ``(N,)`` -> ``(N,)`` float64, NaN at the tokens no window scores (the first one; at stride =
         length, the first token of each window after the first).
     """
+    check_protocol(tokens, [length], stride, batch_size, None)
     stride = length if stride is None else stride
     starts, first = windows(len(tokens), length, stride)
     device = next(model.parameters()).device
@@ -91,12 +92,11 @@ def token_nll(model: nn.Module, tokens: Tensor, length: int, stride: int | None 
                                   disable=not progress):
             positions = starts[index].to(device)[:, None] + offsets  # (B, L)
             ids = tokens[positions]  # (B, L)
-            logits = model(ids)  # (B, L, V)
+            scored = offsets[None, 1:] >= first[index].to(device)[:, None]  # (B, L - 1): position j predicted at j-1
+            logits = model(ids)[:, :-1][scored]  # (T, V): only the scored predictions reach the log-softmax
             if logits.dtype not in (torch.float32, torch.float64):  # half precision: the log-softmax in float32
                 logits = logits.float()
-            nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")  # (B, L - 1)
-            scored = offsets[None, 1:] >= first[index].to(device)[:, None]  # (B, L - 1)
-            out[positions[:, 1:][scored]] = nll[scored].double()
+            out[positions[:, 1:][scored]] = F.cross_entropy(logits, ids[:, 1:][scored], reduction="none").double()
     finally:
         model.train(was_training)
     return out.cpu()

@@ -131,6 +131,8 @@ def test_tokens_that_are_not_a_corpus_of_ids_are_refused():
         perplexity_at_lengths(tiny(), corpus()[None], [8])
     with pytest.raises(TypeError, match="stride must be an int"):
         perplexity_at_lengths(tiny(), corpus(), [8], stride=2.0)
+    with pytest.raises(ValueError, match="evaluation length 64 is longer than the corpus"):  # called directly too
+        token_nll(tiny(), corpus(), 64)
 
 
 def test_the_model_comes_back_in_the_mode_it_had():
