@@ -43,7 +43,7 @@ from tasks.lm.corpus import DEFAULT_FRACTION, SPLITS, embedded_corpus, parse_fra
 from tasks.lm.tokenizer import KINDS, LMTokenizer, load_tokenizer, train_tokenizer
 from tasks.runs.records import split_hash, write_records
 from zoo.analysis.delta import TaskShape
-from zoo.analysis.doctor import Batch, entropy
+from zoo.analysis.doctor import entropy
 
 if TYPE_CHECKING:  # annotations only: runs sit above the tasks
     from tasks.runs.run import Run
@@ -332,13 +332,6 @@ class LMTask(Task):
             if split not in self.ids:
                 raise unknown_name(f"split of the {self.name} task", split, self.eval_splits)
         return list(splits)
-
-    def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch:
-        """The first ``n`` evaluation windows of ``split`` as inputs and next-token targets."""
-        ids, windows = self.ids[split], self.eval_windows(split)[:n]
-        length = windows[0][1]
-        batch = torch.stack([ids[s : s + length + 1] for s, w in windows if w == length]).to(self.device)
-        return Batch((batch[:, :-1],), batch[:, 1:])
 
     def target_entropy(self, n: int = 100_000) -> float:
         """Entropy of the training tokens' unigram frequencies (the first ``n``)."""

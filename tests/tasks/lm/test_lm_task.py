@@ -12,8 +12,10 @@ import torch
 
 from tasks.cli.main import main
 from tasks.engine.distributed import DistInfo
+from tasks.engine.trainer import Trainer
 from tasks.lm.corpus import embedded_corpus
 from tasks.lm.task import LMConfig, LMTask
+from tests.preemption import preempted_after
 
 TINY = ["--preset", "tiny", "--num-threads", "1", "--progress", "false", "--sample-tokens", "20"]
 
@@ -49,6 +51,29 @@ def test_batches_are_a_function_of_seed_and_epoch(corpus):
     assert len({i for i, _ in rows}) == len(rows) == (n - 1 - one.window_offset(1)) // c
     batch = one.windows(one.train_batches(1)[0])
     assert batch.shape == (one.config.batch_size, c + 1)
+
+
+def test_resume_mid_epoch_equals_the_uninterrupted_run(tmp_path):
+    """Pre-empted in the middle of epoch 2 and resumed, a run ends with the same weights and losses."""
+    text = tmp_path / "short.txt"
+    text.write_text(embedded_corpus()["train"][:12_000])  # 14 steps per epoch
+
+    def run(name: str, **kw):
+        config = LMConfig(data=str(text), out=str(tmp_path / name), preset="tiny", epochs=2, warmup=5,
+                          progress=False, sample_tokens=0, **kw)
+        trainer = Trainer(LMTask, config)
+        return trainer, trainer.fit()
+
+    full, _ = run("full")
+    with preempted_after(full.history[0]["step"] + 5):
+        run("split")
+    resumed, _ = run("split", resume=True)
+    for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    def measured(history):
+        return [(r["train_loss"], r["loss"]) for r in history]
+
+    assert measured(full.history) == measured(resumed.history)
 
 
 def test_evaluation_scores_every_token_once(corpus):
