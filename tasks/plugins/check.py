@@ -139,7 +139,7 @@ class _Preset:
     def __init__(self, variant: Variant, task: str, preset: str) -> None:
         self.variant, self.task, self.preset = variant, task, preset
         spec = task_shape(task)
-        self.fixed = {**spec.config_overrides(spec.shape), **probes.quiet_overrides(variant.name, task)}
+        self.fixed = {**spec.config_overrides(spec.shape), **probes.quiet_overrides(variant)}
         self.config = variant.config(preset, **self.fixed)
         self.inputs = variant.example_input(self.config, {**spec.for_config(self.config), "batch": EXAMPLE_BATCH})
         self.model = build(variant, self.config)

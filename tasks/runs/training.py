@@ -120,7 +120,7 @@ def delta_section(trainer) -> str:
     if task.delta_shape is None:
         return f"## What changed\n\nThe {task.name} task declares no input shape to measure at: no delta analysis."
     try:
-        report = measure(c.variant, task.delta_shape, c.preset, overrides=task.delta_overrides())
+        report = measure(task.variant or c.variant, task.delta_shape, c.preset, overrides=task.delta_overrides())
     except Exception as error:  # a reporting failure must not cost the finished training run
         log.warning("delta analysis failed: %s", error)
         return f"## What changed\n\nThe delta analysis failed: {error}"
