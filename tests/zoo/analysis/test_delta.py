@@ -142,7 +142,7 @@ def test_diff_and_list_commands(capsys):
     assert main(["list", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert list(dict.fromkeys(r["name"] for r in rows)) == zoo.list_variants()
-    assert main(["diff", "nope"]) == 2
+    assert main(["diff", "no-such-variant"]) == 2
     assert "unknown variant" in capsys.readouterr().err
 
 
