@@ -7,6 +7,7 @@ from core.generation import generate
 from core.language_model import PRESETS, LanguageModel, LanguageModelConfig, build_language_model
 from core.layers import DecoderLayer
 from core.model import build_transformer
+from core.parts import freeze_parts, parameters_by_part
 from core.position import POSITIONAL_SCHEMES
 from zoo.linear import LinearAttention  # noqa: F401  (registers the "linear" kernel)
 from zoo.moe import MOE_OPTIONS
@@ -177,3 +178,15 @@ def test_a_decoder_layer_with_cross_attention_refuses_a_missing_memory():
     layer = build_transformer("tiny").decoder.layers[0]
     with pytest.raises(ValueError, match="got memory=None; pass the encoder's output"):
         layer(torch.zeros(1, 3, 32))
+
+
+def test_every_parameter_belongs_to_its_part_so_delta_and_freeze_work():
+    model = build_language_model("tiny", vocab_size=V, position="t5", norm_first=True)
+    d, d_ff, layers = 32, 64, 2
+    counts = parameters_by_part(model)
+    assert counts["embedding"] == V * d and counts["head"] == 0  # the tied head is the embedding, counted once
+    assert counts["position"] == 32 * 4  # T5: 32 buckets × 4 heads, one table for every layer
+    assert counts["attention"] == layers * (4 * d * d + 4 * d) and counts["ffn"] == layers * (2 * d * d_ff + d_ff + d)
+    assert counts["norm"] == (2 * layers + 1) * 2 * d and counts["stacking"] == 0
+    assert freeze_parts(model, ["position"]) == 32 * 4
+    assert not model.position.relative_attention_bias.weight.requires_grad
