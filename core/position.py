@@ -183,7 +183,8 @@ class T5RelativeBias(PositionalScheme):
 
     Raffel et al. 2020 ("Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer",
     §2.1): no position in the embeddings; the bias of score(i, j) is looked up by the bucket of j − i
-    (:func:`relative_position_bucket`) and shared by every layer, as the one module all attentions hold.
+    (:func:`relative_position_bucket`) and shared by every layer, as the one module all attentions hold. It is
+    added after the kernel's 1/√d_k scale (T5 has no scale, folding it into its initialisation instead).
 
     Args:
         heads: number of heads H (one bias per head and bucket).
