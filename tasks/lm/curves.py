@@ -76,8 +76,12 @@ def markdown_section(rows: list[dict[str, Any]], train_length: int, title: str =
     } for row in rows]
     columns = ["length", "× training", "non-overlapping ppl"] + [sliding] * (stride is not None) + ["bits/char"]
     columns += ["note"] * any(not row["defined"] for row in rows)
+    how = ("Non-overlapping: windows of L tokens run alone, each token scored with its window's earlier tokens."
+           + (f" Sliding: windows advanced by {stride}, each token scored once with at least L − {stride} tokens of "
+              "context (Press et al. 2022)." if stride is not None else "")
+           + " Bits per character: " + ("the sliding window's." if stride is not None else "non-overlapping."))
     return (f"## {title}\n\nTrained at {train_length} tokens.\n\n{markdown_table(table, columns)}\n\n"
-            f"{reading(rows, train_length)}\n")
+            f"{reading(rows, train_length)} {how}\n")
 
 
 def reading(rows: list[dict[str, Any]], train_length: int) -> str:
