@@ -132,3 +132,18 @@ def test_bits_per_character_is_total_nats_over_characters_ln2():
     assert scores["bits_per_char"] == pytest.approx(42.0 / (36 * math.log(2)))
     char = text_scores([{"nll": 30.0, "tokens": 25, "chars": 25}])  # one token per character: bpc = loss / ln 2
     assert char["bits_per_char"] == pytest.approx(char["loss"] / math.log(2))
+
+
+def test_paired_metrics_sum_back_to_the_reported_scores():
+    """zoo compare's per-window statistics, summed, give the loss and bits per character text_scores reports."""
+    import numpy as np
+
+    from tasks.lm.paired import paired_metrics
+
+    records = [{"id": i, "nll": 1.5 * i + 2, "tokens": 64 - i, "chars": 70 - i} for i in range(5)]
+    loss, bpc = paired_metrics({})
+    assert (loss.key, loss.higher_is_better, bpc.key) == ("loss", False, "bits_per_char")
+    sums = loss.stats(records, {}).sum(0)
+    scores = text_scores(records)
+    np.testing.assert_allclose(loss.score(sums), [scores["loss"]])
+    np.testing.assert_allclose(bpc.score(sums), [scores["bits_per_char"]])
