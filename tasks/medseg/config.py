@@ -1,8 +1,8 @@
 """The medical-segmentation task's settings: ``zoo train medseg --help`` lists them, from the field comments below.
 
 :class:`MedsegConfig` is the task's :class:`~tasks.engine.config.TrainConfig`; the task itself is
-:class:`tasks.medseg.task.MedsegTask` (which re-exports this class), its jobs in ``task_data``, ``task_training``
-and ``task_evaluation``.
+:class:`tasks.medseg.task.MedsegTask` (which re-exports this class), its stages in ``preprocessing.cases``,
+``training.examples`` and ``evaluation.evaluator``.
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ from tasks.engine.same_run import setting_differences
 from tasks.medseg.config import MedsegConfig
 from tasks.medseg.evaluation.metrics import CONVENTIONS
 from tasks.medseg.evaluation.nnunet_eval import aggregate, summary_lines, write_summary_json
+from tasks.medseg.preprocessing.cases import nifti_options
 from tasks.medseg.preprocessing.folds import SPLITS_FILE, resolve_folds, write_splits
-from tasks.medseg.preprocessing.task_data import nifti_options
 from tasks.medseg.reading.data import load_medseg
 from tasks.sweeps.driver import run_sweep
 from tasks.sweeps.launchers import Launch

@@ -55,6 +55,9 @@ on the canonical (resampled) grid, summary.json on the original one. A run's mod
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -65,11 +68,11 @@ from tasks.engine.registry import register_task
 from tasks.engine.task import Task
 from tasks.medseg.config import MedsegConfig
 from tasks.medseg.evaluation import paired
-from tasks.medseg.evaluation.task_evaluation import MedsegEvaluation
-from tasks.medseg.preprocessing.task_data import MedsegData, nifti_options, zoom_slices
-from tasks.medseg.reading.volume import SegData, Volume
+from tasks.medseg.evaluation.evaluator import Evaluator
+from tasks.medseg.preprocessing.cases import Cases, nifti_options, zoom_slices
+from tasks.medseg.reading.volume import Volume
+from tasks.medseg.training.examples import TrainingExamples, trained_flip_axes, warmup_poly
 from tasks.medseg.training.reference import REFERENCE_MODELS
-from tasks.medseg.training.task_training import MedsegTraining, warmup_poly
 from zoo.analysis.delta import TaskShape
 
 if TYPE_CHECKING:  # annotations only: runs and sweeps sit above the tasks
@@ -81,11 +84,18 @@ __all__ = ["MedsegConfig", "MedsegTask", "nifti_options", "warmup_poly", "zoom_s
 
 
 @register_task
-class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
-    """The task, one job per mixin: :class:`~tasks.medseg.preprocessing.task_data.MedsegData` reads and splits the
-    data and records its preprocessing, :class:`~tasks.medseg.training.task_training.MedsegTraining` builds and trains
-    the model, :class:`~tasks.medseg.evaluation.task_evaluation.MedsegEvaluation` predicts, scores and reports the
-    cases."""
+class MedsegTask(Task):
+    """The task, composed of one object per pipeline stage, each owning its state (as nnU-Net's folders own theirs):
+
+    - ``cases`` (:class:`~tasks.medseg.preprocessing.cases.Cases`): the data read and split, its classes, channels,
+      NIfTI preprocessing and folds, a 3D model's planned patch; recorded in run.json and restored from it;
+    - ``training`` (:class:`~tasks.medseg.training.examples.TrainingExamples`): the zoomed training slices or the 3D
+      patch sampler, their augmentation and the loss; made by ``setup`` for a run that trains (None otherwise);
+    - ``evaluator`` (:class:`~tasks.medseg.evaluation.evaluator.Evaluator`): predicts, scores and reports cases.
+
+    The task itself implements the :class:`~tasks.engine.task.Task` hooks by handing each to its stage, and decides
+    what belongs to the model (the variant's spatial dims, its overrides, the schedule).
+    """
 
     name = "medseg"
     config_class = MedsegConfig
@@ -101,14 +111,6 @@ class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
     cost_note = ("Here one input is one slice at --image-size for a 2D model and one patch of --patch-size for a 3D "
                  "one: a case costs its slices, or its sliding-window windows, times that.")
     predict_options = ("labels", "save_probabilities", "members")  # members: a zoo cv folder's runs, ensembled
-    # The state the mixins share: these are set by setup (load_data, then prepare_training unless restored), the
-    # rest start in __init__; restore() sets class_names, dataset_name, in_channels and nifti_info from run.json.
-    data: SegData  # the data read by load_data
-    class_names: list[str]  # including the background, from the data or from a restored run
-    dataset_name: str  # SegData.name (phantom, synapse, acdc, a NIfTI dataset's), from the data or a restored run
-    train_images: Tensor  # (N, C, S, S) the training slices zoomed to image_size, by prepare_training
-    train_labels: Tensor  # (N, 1, S, S) their labels
-    criterion: nn.Module  # MONAI's DiceCELoss with the config's weights
 
     @classmethod
     def paired_metrics(cls, info: dict[str, Any]) -> list:
@@ -141,23 +143,144 @@ class MedsegTask(MedsegData, MedsegTraining, MedsegEvaluation, Task):
 
     def __init__(self, config: MedsegConfig, device: torch.device, dist: DistInfo) -> None:
         super().__init__(config, device, dist)
-        self.volumes: dict[str, list[Volume]] = {}
-        self._zoomed_valid: dict[str, Tensor] = {}  # case -> (D, C, S, S), filled by the first validation
-        self.in_channels = 1  # image channels C, from the data or from a restored run
-        self.nifti_info: dict[str, Any] | None = None  # a NIfTI run's layout, channels and preprocessing (run.json)
-        self.split_info: dict[str, Any] | None = None  # the fold used: folds, fold, origin, valid cases
-        self.folds: list[dict[str, list[str]]] | None = None  # every fold, written to the run's splits_final.json
-        self.patch_size: tuple[int, int, int] | None = None  # a 3D model's patch (D, H, W), from the data or the run
-        self.voxel_spacing: tuple[float, float, float] | None = None  # the training cases' median (z, y, x) mm
+        self.cases = Cases(config)
+        self.training: TrainingExamples | None = None  # made by setup for a run that trains
+        self._evaluator: Evaluator | None = None  # made on first use: it needs the variant's spatial dims
+
+    @property
+    def config(self) -> MedsegConfig:
+        """The run's settings, which every stage reads. Generic code replaces a restored task's config (``zoo
+        evaluate --data``, ``zoo predict``'s and a MONAI bundle's inference options): the stages get the new one."""
+        return self._config
+
+    @config.setter
+    def config(self, config: MedsegConfig) -> None:
+        self._config = config
+        for stage in (self.__dict__.get("cases"), self.__dict__.get("training"), self.__dict__.get("_evaluator")):
+            if stage is not None:
+                stage.config = config
+
+    # --- the state the stages own, read through the task by the generic code and the inference modules ------
+    @property
+    def volumes(self) -> dict[str, list[Volume]]:
+        """Split -> its cases (:attr:`Cases.volumes <tasks.medseg.preprocessing.cases.Cases>`)."""
+        return self.cases.volumes
+
+    @property
+    def class_names(self) -> list[str]:
+        """The classes, background included (owned by :attr:`cases`)."""
+        return self.cases.class_names
 
     @property
     def num_classes(self) -> int:
-        """Classes including the background, from the data or from a restored run."""
-        return len(self.class_names)
+        """Classes including the background (owned by :attr:`cases`)."""
+        return self.cases.num_classes
 
+    @property
+    def in_channels(self) -> int:
+        """Image channels (owned by :attr:`cases`)."""
+        return self.cases.in_channels
+
+    @property
+    def patch_size(self) -> tuple[int, int, int] | None:
+        """A 3D model's planned patch (D, H, W); None for a 2D model (owned by :attr:`cases`)."""
+        return self.cases.patch_size
+
+    @property
+    def evaluator(self) -> Evaluator:
+        """The evaluation stage, made on first use (after the config's variant is known to be 2D or 3D)."""
+        if self._evaluator is None:
+            self._evaluator = Evaluator(self.config, self.cases, self.spatial_dims, self.device, self.dist)
+        return self._evaluator
+
+    @property
+    def spatial_dims(self) -> int:
+        """3 for a variant registered as 3D (trained on patches, predicted through a sliding window), else 2 (a
+        reference model's slices too). Read from the variant the run resolved once (:attr:`Task.variant`)."""
+        return 2 if self.variant is None else int(self.variant.spatial_dims)
+
+    # --- setup and using a finished run (see tasks.runs.run) ---------------------------------------------
     def setup(self) -> None:
         """Read the data; a restored run keeps its classes (refusing data with others) and skips the training
-        slices' zoom, augmentation and loss, which evaluation does not need."""
-        self.load_data()
+        stage (the slices' zoom, augmentation and loss), which evaluation does not need."""
+        self.cases.load(self.variant if self.spatial_dims == 3 else None, self.restored)
+        self.evaluator.forget_zoomed()
         if self.restored is None:
             self.prepare_training()
+
+    def prepare_training(self) -> None:
+        """The training stage, from the training cases read by :meth:`setup`."""
+        self.training = TrainingExamples(self.config, self.cases.volumes["train"], self.spatial_dims,
+                                         self.cases.patch_size, self.trained_flip_axes())
+
+    def trained_flip_axes(self) -> tuple[int, ...]:
+        """The axes training flips (:func:`~tasks.medseg.training.examples.trained_flip_axes`)."""
+        return trained_flip_axes(self.config, self.spatial_dims, self.cases.left_right_axis())
+
+    def preprocessing(self) -> dict[str, Any]:
+        return self.cases.preprocessing()
+
+    def restore(self, preprocessing: dict[str, Any], run_dir: str | Path) -> None:
+        super().restore(preprocessing, run_dir)
+        self.cases.restore(preprocessing, run_dir)
+
+    def save_artifacts(self, out_dir: Path) -> None:
+        self.cases.save_artifacts(out_dir)
+
+    # --- model ---------------------------------------------------------------------------------------
+    def model_overrides(self) -> dict[str, Any]:
+        """The variant's config overrides: ``--model-set`` fields plus the sizes the task and data decide."""
+        decided: dict[str, Any] = {"in_channels": self.in_channels, "num_classes": self.num_classes}
+        if self.spatial_dims == 2:
+            decided["image_size"] = self.config.image_size
+            return self.decided_overrides(decided, "the task (--image-size and the data)")
+        fields = {f.name for f in dataclasses.fields(self.variant.config_class)}
+        decided.update(patch_size=self.patch_size, image_size=None)
+        if "spacing" in fields:  # nnU-Net's rules plan the network from the spacing (dynunet)
+            decided["spacing"] = self.cases.voxel_spacing
+        return self.decided_overrides(decided, "the task (--patch-size and the data)")
+
+    def delta_overrides(self) -> dict[str, Any]:
+        """The model's overrides; a 3D model is measured at its patch when the patch is square in-plane (the delta
+        analysis grows ``image_size``, the in-plane side), else at the task's shape (D × 96 × 96)."""
+        overrides = self.model_overrides()
+        if self.spatial_dims == 3:
+            side = self.patch_size[1]
+            if side == self.patch_size[2]:
+                overrides["image_size"] = side
+            else:
+                del overrides["image_size"]
+        return overrides
+
+    def build_model(self) -> nn.Module:
+        return self.build_variant(self.model_overrides(), *self.reference_args())
+
+    def reference_args(self) -> tuple[int, int, int]:
+        """(in_channels, num_classes, image_size) of the reference models' builders."""
+        return self.in_channels, self.num_classes, self.config.image_size
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
+        c = self.config
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_poly(c.warmup, total_steps, c.poly_power))
+
+    # --- training, evaluation: the stages' ----------------------------------------------------------------
+    def train_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
+        """Shuffled batches of rows ``(index, epoch)`` of a slice (2D) or of a case's patch (3D: ``patches_per_case``
+        rows per case): the epoch keys each example's augmentation (and a patch's place)."""
+        return self.shuffled_batches(len(self.training), epoch, max(self.dist.world, 2))  # Dice needs 2+ examples
+
+    def loss(self, model: nn.Module, rows: Sequence[tuple[int, int]]) -> tuple[Tensor, float]:
+        return self.training.loss(model, rows, self.device)
+
+    def evaluate(self, model: nn.Module, split: str) -> list[dict[str, Any]]:
+        return self.evaluator.evaluate(model, split)
+
+    def score(self, records: list[dict[str, Any]], split: str) -> dict[str, float]:
+        return self.evaluator.score(records, split)
+
+    def final_report(self, model: nn.Module, out_dir: Path, splits: Sequence[str] | None = None
+                     ) -> tuple[dict[str, Any], str]:
+        return self.evaluator.final_report(model, out_dir, splits)
+
+    def onnx_graphs(self, model: nn.Module, n: int = 8) -> list:
+        return self.evaluator.onnx_graphs(model, n)

@@ -36,12 +36,12 @@ def predict_case(task, model, volume: Volume, batch_size: int | None, probabilit
     """
     mirror = task.config.tta == "mirror"
     if probabilities is None:
-        return task.predict_volume(model, volume, batch_size, mirror)
-    probs = task.predict_probabilities(model, volume, batch_size, mirror)  # (K, ...) on the model's grid
-    on_volume = task.probabilities_on_volume(probs, volume)  # (K, D, H, W) float32
+        return task.evaluator.predict_volume(model, volume, batch_size, mirror)
+    probs = task.evaluator.predict_probabilities(model, volume, batch_size, mirror)  # (K, ...) on the model's grid
+    on_volume = task.evaluator.probabilities_on_volume(probs, volume)  # (K, D, H, W) float32
     save_probabilities(probabilities, to_grid(on_volume) if to_grid is not None else on_volume, task.class_names,
                        spacing if spacing is not None else volume.spacing, grid)
-    return task.labels_of(probs, volume)
+    return task.evaluator.labels_of(probs, volume)
 
 
 def save_probabilities(path: Path, probabilities: np.ndarray, class_names: Sequence[str],
@@ -61,4 +61,4 @@ def save_probabilities(path: Path, probabilities: np.ndarray, class_names: Seque
 
 def mirroring_suffix(task) -> str:
     """`` (mirroring: ...)`` after the summary's folder when ``--tta mirror`` is on: which flips, and why those."""
-    return f" (mirroring: {task.mirroring_note()})" if task.config.tta == "mirror" else ""
+    return f" (mirroring: {task.evaluator.mirroring_note()})" if task.config.tta == "mirror" else ""

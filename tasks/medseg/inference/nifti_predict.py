@@ -84,15 +84,15 @@ def predict_nifti(run: Run, files: Sequence[Path], out: Path, labels: str | Path
             write_label_nifti(out / f"{case}{ending}", to_original(pred, geometry), geometry)
             continue
         scores.add(loaded, pred)  # maps back, writes OUT/<label file name>, scores in the original geometry
-        records.append(task.case_record(volume, pred))
+        records.append(task.evaluator.case_record(volume, pred))
         hashed += [volume.case, volume.image, volume.label]
     wrote = f"wrote {len(cases)} label map{'s' * (len(cases) != 1)} to {out}/{mirroring_suffix(task)}"
     if scores is None:
         return f"{wrote} ({', '.join(c for c, _, _ in cases[:3])}{', ...' if len(cases) > 3 else ''})"
     nnunet = scores.finish()
     path = write_records(out, SPLIT, records, split_hash(hashed))
-    summaries = task.summaries(records)
-    metrics = {**task.headline_metrics(summaries), "conventions": summaries}
+    summaries = task.evaluator.summaries(records)
+    metrics = {**task.evaluator.headline_metrics(summaries), "conventions": summaries}
     fg = nnunet["foreground_mean"]["Dice"]
     metrics["nnunet_dice"] = float(fg) if np.isfinite(fg) else None
     (out / "metrics.json").write_text(json.dumps({"run": str(run.path), "weights": str(run.weights),

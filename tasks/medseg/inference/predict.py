@@ -116,14 +116,14 @@ def predict(run: Run, inputs: Sequence[str | Path], out: str | Path | None = Non
                                 "the input file's own array grid")  # (D, H, W) uint8
         write_label(out / file.name, pred, image)
         if label is not None:
-            records.append(task.case_record(volume, pred))
+            records.append(task.evaluator.case_record(volume, pred))
             hashed += [volume.case, volume.image, volume.label]
     wrote = f"wrote {len(files)} label volume{'s' * (len(files) != 1)} to {out}/{mirroring_suffix(task)}"
     if not records:
         return f"{wrote} ({', '.join(f.name for f in files[:3])}{', ...' if len(files) > 3 else ''})"
     path = write_records(out, SPLIT, records, split_hash(hashed))
-    summaries = task.summaries(records)
-    metrics = {**task.headline_metrics(summaries), "conventions": summaries}
+    summaries = task.evaluator.summaries(records)
+    metrics = {**task.evaluator.headline_metrics(summaries), "conventions": summaries}
     (out / "metrics.json").write_text(json.dumps({"run": str(run.path), "weights": str(run.weights),
                                                   "cases": len(records), "final": {SPLIT: metrics}}, indent=2) + "\n")
     return (f"{wrote}; mean Dice {_number(metrics['dice'], 4)}, HD95 {_number(metrics['hd95'], 2)} "

@@ -10,7 +10,7 @@ uninterrupted one would.
 Augmentation (MONAI dictionary transforms, geometry on image and label alike, the label by nearest neighbour):
 rotation about the D axis (in the H × W plane, as the 2D slices are rotated), zoom, intensity shift and scale, and
 flips along ``flip_axes`` only when asked for (``--flip-prob``, off by default; the axes: every one but the left-right
-one, :meth:`~tasks.medseg.evaluation.task_evaluation.MedsegEvaluation.trained_flip_axes`, which ``--tta mirror`` flips
+one, :func:`~tasks.medseg.training.examples.trained_flip_axes`, which ``--tta mirror`` flips
 too).
 
 Shape legend: ``C`` channels, ``D, H, W`` a case's slices, rows and columns; ``P = (pd, ph, pw)`` the patch.

@@ -7,8 +7,6 @@ and the medseg summary compare for equality, since both sides compute the same f
 same inputs; the seed-aware test is checked against SciPy's Welch and one-sample t-tests.
 """
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -200,13 +198,13 @@ def _mm_record(case: str, scores: dict[str, tuple[float | None, float | None]]) 
 
 
 def test_hd95_mm_headline_is_the_runs_metrics_json_one():
-    from tasks.medseg.task import MedsegTask
+    from tasks.medseg.evaluation.evaluator import summaries
 
     names = ["background", "liver", "kidney", "spleen"]
     records = [_mm_record("c1", {"liver": (0.9, 4.0), "kidney": (None, None), "spleen": (0.7, 30.0)}),
                _mm_record("c2", {"liver": (0.8, 6.0), "kidney": (0.5, 12.0), "spleen": (None, None)}),
                _mm_record("c3", {"liver": (0.85, 5.0), "kidney": (0.6, 10.0), "spleen": (0.75, 20.0)})]
-    summary = MedsegTask.summaries(SimpleNamespace(class_names=names), records)["mm"]  # what metrics.json reports
+    summary = summaries(records, names)["mm"]  # what metrics.json reports
     info = {"config": {"hd95": "mm"}, "preprocessing": {"class_names": names}}
     for metric in task_metrics("medseg", info, {"test"})[:2]:  # dice, hd95
         out = paired_statistics(metric, {"run": [("h", metric.stats(records, info))]}, [])

@@ -118,8 +118,8 @@ def test_a_fold_ensemble_averages_the_probabilities_of_two_different_folds(cv):
     task = folds[0].task
     task.setup()
     volume = task.volumes["test"][0]
-    members = [task.predict_probabilities(f.model, volume).double() for f in folds]  # (K, D, H, W) each
-    ensemble = task.predict_probabilities([f.model for f in folds], volume)
+    members = [task.evaluator.predict_probabilities(f.model, volume).double() for f in folds]  # (K, D, H, W) each
+    ensemble = task.evaluator.predict_probabilities([f.model for f in folds], volume)
     assert ensemble.shape == (task.num_classes, *volume.shape)
     mean = (members[0] + members[1]) / 2
     torch.testing.assert_close(ensemble.double(), mean, rtol=0, atol=1e-6)
@@ -128,7 +128,7 @@ def test_a_fold_ensemble_averages_the_probabilities_of_two_different_folds(cv):
     votes = sum(torch.nn.functional.one_hot(m.argmax(0), task.num_classes).movedim(-1, 0).double()
                 for m in members) / 2  # (K, D, H, W) in {0, 1/2, 1}
     assert (ensemble.double() - votes).abs().max() > 0.1
-    labels = task.predict_volume([f.model for f in folds], volume)
+    labels = task.evaluator.predict_volume([f.model for f in folds], volume)
     np.testing.assert_array_equal(labels, mean.argmax(0).numpy())
 
 
@@ -145,12 +145,13 @@ def test_a_cv_folder_predicts_and_evaluates_as_an_ensemble_with_mirroring(cv, fo
     task.config = type(task.config)(**{**task.config.to_dict(), "tta": "mirror"})
     task.setup()
     volume = task.volumes["test"][0]
-    expected = task.predict_probabilities([f.model for f in folds], volume, mirror=True)  # mean over folds and flips
-    on_input = probabilities_to_original(expected.numpy(), task.data.nifti.geometry[volume.case])  # as the labels
+    # the mean over folds and flips
+    expected = task.evaluator.predict_probabilities([f.model for f in folds], volume, mirror=True)
+    on_input = probabilities_to_original(expected.numpy(), task.cases.data.nifti.geometry[volume.case])  # as the labels
     saved = np.load(out / inputs[0].name.replace(".nii.gz", ".npz"))["probabilities"]
     np.testing.assert_allclose(saved, on_input, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(saved.argmax(0), np.asarray(nib.load(out / inputs[0].name).dataobj))
-    assert task.mirror_axes() == (0, 1)  # the axes training flipped: the phantom's W runs from left to right
+    assert task.evaluator.mirror_axes() == (0, 1)  # the axes training flipped: the phantom's W runs from left to right
     assert main(["evaluate", str(cv), "--tta", "mirror", "--out", str(tmp_path / "eval")]) == 0
     report = (tmp_path / "eval" / "report.md").read_text()
     assert "ensemble of 2 models" in report and "4 flips along axes D, H; mirroring flips only axes training " \

@@ -156,33 +156,34 @@ def test_tta_mirrors_the_axes_training_flipped_and_says_so(variant, trained, cap
     def task(**settings):
         config = MedsegConfig(variant=variant, tta="mirror", patch_size="16,32,32", **settings)
         made = MedsegTask(config, torch.device("cpu"), DistInfo())
-        made.patch_size = (16, 32, 32)
+        made.cases.patch_size = (16, 32, 32)
         return made
 
     flipping = task(flip_prob=0.5)
-    assert flipping.trained_flip_axes() == flipping.mirror_axes() == trained
+    assert flipping.trained_flip_axes() == flipping.evaluator.mirror_axes() == trained
+    flipping.cases.volumes = {"train": [Volume("c", np.zeros((16, 32, 32), np.float32),
+                                               np.zeros((16, 32, 32), np.uint8), None)]}
+    flipping.prepare_training()
     if variant == "basicunet":  # the training augmentation flips exactly these (a slice's axis 0 is H)
-        augment, offset = flipping._augmentation(), 1
+        augment, offset = flipping.training.augment, 1
     else:
-        flipping.volumes = {"train": [Volume("c", np.zeros((16, 32, 32), np.float32), np.zeros((16, 32, 32), np.uint8),
-                                             None)]}
-        flipping._prepare_patches()
-        augment, offset = flipping.sampler.augment, 0
+        augment, offset = flipping.training.sampler.augment, 0
     flips = [t for t in augment.transforms if type(t).__name__ == "RandFlipd"]
     assert [f.flipper.spatial_axis for f in flips] == [a - offset for a in trained]
-    line = flipping.inference_lines()[-1]
+    line = flipping.evaluator.inference_lines()[-1]
     assert f"{2 ** len(trained)} flips along" in line and f"training flipped ax{'is' if len(trained) == 1 else 'es'} " \
         f"{', '.join('DHW'[a] for a in trained)}" in line
-    assert task(flip_prob=0.5, mirror_axes="1").mirror_axes() == (1,)
+    assert task(flip_prob=0.5, mirror_axes="1").evaluator.mirror_axes() == (1,)
     with caplog.at_level("WARNING"):
-        assert task(flip_prob=0.5, mirror_axes="1,2").mirror_axes() == (1,)  # W: never flipped in training
+        assert task(flip_prob=0.5, mirror_axes="1,2").evaluator.mirror_axes() == (1,)  # W: never flipped in training
     assert "axis W not mirrored, training did not flip it" in caplog.text
     still = task(flip_prob=0.0)
     caplog.clear()
     with caplog.at_level("WARNING"):
-        assert still.trained_flip_axes() == still.mirror_axes() == ()
+        assert still.trained_flip_axes() == still.evaluator.mirror_axes() == ()
     assert "nothing to mirror, the run trained without flips (--flip-prob 0" in caplog.text
-    assert "mirroring: none (--tta mirror asked for it, but there was no axis to mirror)" in still.inference_lines()[-1]
+    line = still.evaluator.inference_lines()[-1]
+    assert "mirroring: none (--tta mirror asked for it, but there was no axis to mirror)" in line
 
 
 def test_mirror_axes_leave_left_and_right_alone():

@@ -29,19 +29,19 @@ def make_task(root, **overrides) -> MedsegTask:
 
 def test_setup_splits_cases_and_zooms_slices(tiny_synapse):
     task = make_task(tiny_synapse)
-    assert task.data.name == "synapse" and task.data.num_classes == 9
+    assert task.cases.data.name == "synapse" and task.cases.data.num_classes == 9
     assert len(task.volumes["train"]) == 2 and len(task.volumes["valid"]) == 1 and len(task.volumes["test"]) == 2
     n = sum(v.image.shape[0] for v in task.volumes["train"])
-    assert task.train_images.shape == (n, 1, 32, 32) and task.train_labels.shape == (n, 1, 32, 32)
-    assert task.train_labels.dtype == torch.long and int(task.train_labels.max()) < 9
+    assert task.training.images.shape == (n, 1, 32, 32) and task.training.labels.shape == (n, 1, 32, 32)
+    assert task.training.labels.dtype == torch.long and int(task.training.labels.max()) < 9
 
 
 def test_augmentation_is_a_function_of_seed_epoch_and_slice(tiny_synapse):
     task = make_task(tiny_synapse, rotate_degrees=30.0, zoom=0.2, intensity=0.2)
     rows = [(0, 1), (3, 1), (5, 1)]
-    first, again = task.augmented(rows), task.augmented(rows)
+    first, again = task.training.augmented(rows), task.training.augmented(rows)
     torch.testing.assert_close(first, again)
-    other = task.augmented([(0, 2), (3, 2), (5, 2)])
+    other = task.training.augmented([(0, 2), (3, 2), (5, 2)])
     assert not torch.equal(first[0], other[0])
     labels = first[1]
     assert labels.dtype == torch.long and set(labels.unique().tolist()) <= set(range(9))  # nearest: no new classes
@@ -50,8 +50,8 @@ def test_augmentation_is_a_function_of_seed_epoch_and_slice(tiny_synapse):
 def test_prediction_is_zoomed_back_to_each_slice_size(tiny_synapse):
     task = make_task(tiny_synapse, variant="basicunet")
     model = task.build_model().eval()
-    volume = task.data.test[0]
-    pred = task.predict_volume(model, volume)
+    volume = task.cases.data.test[0]
+    pred = task.evaluator.predict_volume(model, volume)
     assert pred.shape == volume.label.shape and pred.dtype == np.uint8
 
 

@@ -68,7 +68,7 @@ def loaded(run_dir):
 def test_load_run_restores_the_preprocessing_without_data(trained):
     out, _ = trained
     run = load_run(out)
-    assert not hasattr(run.task, "data") and run.task.class_names == SYNAPSE_CLASSES
+    assert run.task.cases.data is None and run.task.class_names == SYNAPSE_CLASSES
     assert run.task.reference_args() == (1, 9, 32)
     pre = run.preprocessing
     assert pre["dataset"] == "synapse" and pre["num_classes"] == 9 and pre["image_size"] == 32
@@ -103,11 +103,11 @@ def test_predict_writes_one_label_volume_per_input(trained, data, tmp_path):
     run = loaded(trained[0])
     summary = predict(run, [data / "test_vol_h5"], tmp_path / "out", progress=False)
     assert summary.startswith(f"wrote 2 label volumes to {tmp_path / 'out'}/")
-    for volume in run.task.data.test:
+    for volume in run.task.cases.data.test:
         with h5py.File(tmp_path / "out" / f"{volume.case}.npy.h5") as f:
             label, spacing = f["label"][()], tuple(f.attrs["spacing"])
         assert label.shape == volume.shape and label.dtype == np.uint8 and label.max() < 9
-        np.testing.assert_array_equal(label, run.task.predict_volume(run.model, volume))
+        np.testing.assert_array_equal(label, run.task.evaluator.predict_volume(run.model, volume))
         assert spacing == volume.spacing
 
 

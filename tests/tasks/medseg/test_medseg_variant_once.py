@@ -47,10 +47,10 @@ PLANNED = [("missformer3d", "tiny", (32, 64, 64)), ("dynunet", "tiny", (32, 48, 
 @pytest.mark.parametrize(("variant", "preset", "patch"), PLANNED)
 def test_a_3d_task_plans_its_patch_and_model_without_looking_its_variant_up(variant, preset, patch, asked):
     task = MedsegTask(MedsegConfig(variant=variant, preset=preset), torch.device("cpu"), DistInfo())
-    task.in_channels, task.class_names, task.dataset_name = 1, ["background", "organ"], "phantom"
+    task.cases.in_channels, task.cases.class_names, task.cases.dataset_name = 1, ["background", "organ"], "phantom"
     cases = [Volume(f"c{i}", np.zeros((20, 40, 40), np.float32), np.zeros((20, 40, 40), np.uint8), None)
              for i in range(2)]
-    task._plan_patches(cases)
+    task.cases.plan_patches(cases, task.variant)
     assert task.patch_size == patch
     assert [task.spatial_dims for _ in range(10)] == [3] * 10  # as every batch reads it
     assert task.model_overrides()["patch_size"] == patch

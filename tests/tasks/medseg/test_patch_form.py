@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tasks.medseg.config
-import tasks.medseg.preprocessing.task_data
+import tasks.medseg.preprocessing.cases
 import tasks.medseg.training.patches
 import zoo.vision
 from plumbing.configs import config_from_dict
@@ -40,8 +40,8 @@ def _planned(config: MedsegConfig) -> MedsegTask:
     task = MedsegTask(config, torch.device("cpu"), DistInfo())
     cases = [Volume(f"c{i}", np.zeros((20, 40, 48), np.float32), np.zeros((20, 40, 48), np.uint8), (2.0, 1.0, 1.0))
              for i in range(2)]
-    task.in_channels, task.class_names, task.dataset_name = 1, ["background", "a", "b"], "phantom"
-    task._plan_patches(cases)
+    task.cases.in_channels, task.cases.class_names, task.cases.dataset_name = 1, ["background", "a", "b"], "phantom"
+    task.cases.plan_patches(cases, task.variant)
     return task
 
 
@@ -78,7 +78,7 @@ def test_one_parser_reads_every_patch():
     property ``MedsegConfig.patch`` and the sampler's own check are gone, and a bad patch reads the same
     everywhere."""
     assert not hasattr(MedsegConfig, "patch")
-    for module in (tasks.medseg.config, tasks.medseg.preprocessing.task_data, tasks.medseg.training.patches):
+    for module in (tasks.medseg.config, tasks.medseg.preprocessing.cases, tasks.medseg.training.patches):
         assert module.patch_sides is zoo.vision.patch_sides, module.__name__
     message = "must be three positive integers D,H,W in voxels, e.g. --patch-size 32,64,64"
     volumes = [np.zeros((1, 20, 40, 48), np.float32)], [np.zeros((20, 40, 48), np.uint8)]

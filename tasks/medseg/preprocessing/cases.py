@@ -1,6 +1,9 @@
-"""The data side of :class:`~tasks.medseg.task.MedsegTask`: reading a dataset, splitting it into training,
-validation and test cases (folds included), and what a run records to read new data as its training did
-(run.json's preprocessing, ``classes.json``, ``splits_final.json``)."""
+"""The preprocessing stage of :class:`~tasks.medseg.task.MedsegTask`, :class:`Cases`: reading a dataset, splitting
+it into training, validation and test cases (folds included), planning a 3D model's patch, and what a run records
+to read new data as its training did (run.json's preprocessing, ``classes.json``, ``splits_final.json``).
+
+The training (:mod:`tasks.medseg.training.examples`) and evaluation (:mod:`tasks.medseg.evaluation.evaluator`)
+stages read the cases from here; none of them keeps a copy."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +19,9 @@ from tasks.medseg.config import MedsegConfig
 from tasks.medseg.reading.data import load_medseg
 from tasks.medseg.reading.volume import SegData, Volume
 from zoo.vision import patch_sides
+
+if TYPE_CHECKING:  # annotations only: the registry is imported where a variant is resolved
+    from zoo.registry import Variant
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +76,47 @@ def zoom_slices(volume: np.ndarray, size: int, order: int) -> np.ndarray:
     return zoom(volume, (1, size / h, size / w), order=order)
 
 
-class MedsegData:
-    """Mixin of :class:`~tasks.medseg.task.MedsegTask` : reads the data into ``data`` and
-    ``volumes``, and records and restores the preprocessing. The state the mixins share is documented on
-    ``MedsegTask`` (class body and ``__init__``)."""
+class Cases:
+    """The preprocessing stage of :class:`~tasks.medseg.task.MedsegTask` (nnU-Net's plans and splits, in one object):
+    the data read, its cases split into training, validation and test (a fold of them when the run has folds), the
+    classes, channels and NIfTI preprocessing they were read with and, for a 3D model, the patch and voxel spacing
+    planned from the training cases.
 
-    def load_data(self) -> None:
-        """Read the data and split it into ``volumes``; a restored run keeps its classes (refusing data with
-        others), a new one takes them, its channels and its NIfTI preprocessing from the data."""
-        c: MedsegConfig = self.config
+    It owns this state: a new run fills it from the data (:meth:`load`), a finished one from run.json
+    (:meth:`restore`, then :meth:`load` to evaluate on data, which keeps the run's classes and preprocessing). What
+    it fills is recorded by :meth:`preprocessing` (run.json) and :meth:`save_artifacts`.
+    """
+
+    def __init__(self, config: MedsegConfig) -> None:
+        self.config = config
+        self.data: SegData | None = None  # the data read by load (None: a restored run that has read none)
+        self.volumes: dict[str, list[Volume]] = {}  # split -> its cases
+        self.class_names: list[str] = []  # including the background, from the data or from a restored run
+        self.dataset_name = ""  # SegData.name (phantom, synapse, acdc, a NIfTI dataset's), from the data or the run
+        self.in_channels = 1  # image channels C, from the data or from a restored run
+        self.nifti_info: dict[str, Any] | None = None  # a NIfTI run's layout, channels and preprocessing (run.json)
+        self.split_info: dict[str, Any] | None = None  # the fold used: folds, fold, origin, valid cases
+        self.folds: list[dict[str, list[str]]] | None = None  # every fold, written to the run's splits_final.json
+        # a 3D model's plan (None for a 2D model's run): its patch (D, H, W) and the training cases' median (z, y, x) mm
+        self.patch_size: tuple[int, int, int] | None = None
+        self.voxel_spacing: tuple[float, float, float] | None = None
+
+    @property
+    def num_classes(self) -> int:
+        """Classes including the background."""
+        return len(self.class_names)
+
+    def load(self, plan_for: Variant | None, restored: dict[str, Any] | None) -> None:
+        """Read the data and split it into ``volumes``. ``restored``: a finished run's preprocessing (run.json), whose
+        classes are kept (data with others is refused) and whose split is reused; otherwise the classes, channels and
+        NIfTI preprocessing are taken from the data and, for ``plan_for`` (a 3D variant; None for a 2D model), a patch
+        and voxel spacing are planned from the training cases."""
+        c = self.config
         if c.fold == "all":
             raise ValueError("--fold all trains every fold: run `zoo cv medseg` with the same options (zoo train "
                              f"trains one fold, 0 .. {c.folds - 1})")
-        self.data = load_medseg(c.data, c.dataset, **self._nifti_options())
-        if self.restored is not None:
+        self.data = load_medseg(c.data, c.dataset, **self._nifti_options(restored))
+        if restored is not None:
             if self.data.class_names != self.class_names:
                 raise ValueError(
                     f"{self.data.source} holds {self.data.name} data with {self.data.num_classes} classes "
@@ -102,13 +135,12 @@ class MedsegData:
                 log.warning("%s apply to NIfTI folders only; %s is %s data: ignored", ", ".join(unused),
                             self.data.source, self.data.name)
             self.nifti_info = nifti_info(self.data.nifti) if self.data.nifti is not None else None
-        train, valid, test = self._split(self.data)
+        train, valid, test = self._split(self.data, restored)
         self.volumes = {"train": train, "valid": valid, "test": test}
-        self._zoomed_valid = {}
-        if self.spatial_dims == 3 and self.restored is None:
-            self._plan_patches(self.data.train)
+        if plan_for is not None and restored is None:
+            self.plan_patches(self.data.train, plan_for)
 
-    def _plan_patches(self, train: list[Volume]) -> None:
+    def plan_patches(self, train: list[Volume], variant: Variant) -> None:
         """A 3D model's patch (``--patch-size``, else sized for a CPU from the training cases) and voxel spacing,
         planned once from every training case of the data, as nnU-Net plans, so that the folds of a
         cross-validation agree (their ensemble needs it)."""
@@ -117,7 +149,7 @@ class MedsegData:
         # What the network divides a side by (multiple) and needs at least (min_side), from the variant the run
         # resolved once. A config of the preset, not its class: a ClassVar of MONAI's networks, but MISSFormer3D's
         # multiple is a property of its stages (stride 4, halved once per further stage).
-        needs = self.variant.config(self.config.preset)
+        needs = variant.config(self.config.preset)
         multiple, min_side = max(16, int(getattr(needs, "multiple", 16))), int(getattr(needs, "min_side", 16))
         shapes = [v.shape for v in train]
         self.patch_size = self.config.patch_size or default_patch(shapes, multiple=multiple, min_side=min_side)
@@ -126,25 +158,33 @@ class MedsegData:
         median = np.median(np.asarray(spacings, dtype=float), axis=0) if spacings else np.ones(3)
         self.voxel_spacing = tuple(round(float(x), 4) for x in median)
 
-    def _nifti_options(self) -> dict[str, Any]:
+    def left_right_axis(self) -> int:
+        """The axis of the (D, H, W) grid that runs from left to right: W for the Synapse, ACDC and phantom layouts
+        and for NIfTI cases sliced across S or A (columns run along R), D for NIfTI cases sliced across R."""
+        if self.nifti_info is not None and self.nifti_info.get("slice_axis") == "R":
+            return 0
+        return 2
+
+    def _nifti_options(self, restored: dict[str, Any] | None) -> dict[str, Any]:
         """The keyword arguments of ``load_nifti_dataset`` (used only for NIfTI folders): the config's, or for a
         restored NIfTI run its saved preprocessing and classes, so that other data gets exactly the training's."""
         options = nifti_options(self.config)
-        if self.restored is not None and self.nifti_info is not None:
+        if restored is not None and self.nifti_info is not None:
             from tasks.medseg.preprocessing.nifti_data import Preprocessing
 
             options["preprocessing"] = Preprocessing.from_dict(self.nifti_info["preprocessing"])
             options["class_names"] = self.class_names  # an images/ + labels/ folder does not name its classes
         return options
 
-    def _split(self, data: SegData) -> tuple[list[Volume], list[Volume], list[Volume]]:
+    def _split(self, data: SegData, restored: dict[str, Any] | None
+               ) -> tuple[list[Volume], list[Volume], list[Volume]]:
         """(training, validation, test cases): a fold of the training cases (NIfTI data, or ``--fold``), else the
         layout's validation split, else ``valid_cases`` held out; test: the labelled test cases, or for a NIfTI
         folder without any the fold's validation cases."""
         c = self.config
-        if self.restored is not None and self.restored.get("split") is not None:
-            return self._restored_fold(data, self.restored["split"])
-        if (c.fold is not None or data.nifti is not None) and self.restored is None:
+        if restored is not None and restored.get("split") is not None:
+            return self._restored_fold(data, restored["split"])
+        if (c.fold is not None or data.nifti is not None) and restored is None:
             return self._fold(data)
         train, valid = self._held_out(data)
         return train, valid, data.test or train + valid  # a restored run on a folder without a test split: all
@@ -219,7 +259,7 @@ class MedsegData:
             rules = [IntensityRule(**r) for r in self.nifti_info["preprocessing"]["rules"]]
             pre.update(intensity="; ".join(r.describe() for r in rules), intensity_range=None, nifti=self.nifti_info,
                        resize=f"{CANONICAL}; then {pre['resize']}")
-        if self.spatial_dims == 3:
+        if self.patch_size is not None:  # planned for a 3D model
             pre.update(spatial_dims=3, patch_size=list(self.patch_size), voxel_spacing=list(self.voxel_spacing),
                        resize="none: the model sees patches of each case's own grid; whole cases are predicted "
                               "through MONAI's sliding window of the patch size")
@@ -229,8 +269,9 @@ class MedsegData:
             pre["split"] = {k: v for k, v in self.split_info.items() if k != "test_is_valid"}
         return pre
 
-    def restore(self, preprocessing: dict[str, Any], run_dir) -> None:
-        super().restore(preprocessing, run_dir)
+    def restore(self, preprocessing: dict[str, Any], run_dir: str | Path) -> None:
+        """Take the classes, channels, NIfTI preprocessing and 3D plan of a finished run from its ``preprocessing``
+        (run.json in ``run_dir``, named in errors), so that its model is rebuilt without reading its data."""
         missing = [k for k in ("dataset", "class_names", "image_size") if k not in preprocessing]
         if missing:
             raise ValueError(f"{Path(run_dir) / 'run.json'}: the medseg preprocessing lacks {missing}; it was not "

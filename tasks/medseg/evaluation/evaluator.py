@@ -1,6 +1,8 @@
-"""The evaluation side of :class:`~tasks.medseg.task.MedsegTask`, the papers' protocol: each case predicted slice
-by slice, zoomed back with order 0, scored per organ on the whole 3D volume (both HD95 conventions), and reported
-(``predictions/<split>.jsonl``, on NIfTI data also nnU-Net's ``summary.json`` on the original grid)."""
+"""The evaluation stage of :class:`~tasks.medseg.task.MedsegTask`, :class:`Evaluator`, the papers' protocol: each
+case predicted slice by slice, zoomed back with order 0, scored per organ on the whole 3D volume (both HD95
+conventions), and reported (``predictions/<split>.jsonl``, on NIfTI data also nnU-Net's ``summary.json`` on the
+original grid). It reads the cases from the preprocessing stage (:class:`~tasks.medseg.preprocessing.cases.Cases`)
+and keeps only its caches."""
 
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ import torch
 from torch import Tensor, nn
 
 from plumbing.tables import markdown_table
-from tasks.engine.distributed import shard
+from tasks.engine.distributed import DistInfo, shard
+from tasks.medseg.config import MedsegConfig
 from tasks.medseg.evaluation.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
 from tasks.medseg.evaluation.nifti_scoring import OriginalGeometryScores
-from tasks.medseg.preprocessing.task_data import INTENSITY, model_slices
+from tasks.medseg.preprocessing.cases import INTENSITY, Cases, model_slices
 from tasks.medseg.reading.volume import Volume
+from tasks.medseg.training.examples import trained_flip_axes
 from tasks.runs.records import split_hash, write_records
 
 log = logging.getLogger(__name__)
@@ -33,10 +37,10 @@ def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-
 def channels_first(volume: Volume) -> Tensor:
     """A case's image as a 3D model takes it, float32. Shape: (D, H, W) or (C, D, H, W) -> (C, D, H, W)."""
     return torch.from_numpy(np.asarray(volume.image if volume.image.ndim == 4 else volume.image[None], np.float32))
+
 
 def nearest_on_slices(array: np.ndarray, size: Sequence[int]) -> np.ndarray:
     """``array`` zoomed along its last two axes to ``size`` with order 0 (nearest neighbour), as the papers zoom a
@@ -66,10 +70,42 @@ def _trained_note(trained: Sequence[int]) -> str:
     return f"training flipped {_axis_names(trained)}"
 
 
-class MedsegEvaluation:
-    """Mixin of :class:`~tasks.medseg.task.MedsegTask` : predicts and scores the cases of
-    ``volumes[split]``, and writes the final report. The state the mixins share is documented on ``MedsegTask``
-    (class body and ``__init__``)."""
+def summaries(records: list[dict[str, Any]], class_names: list[str]) -> dict[str, dict]:
+    """:func:`~tasks.medseg.evaluation.metrics.summarise` of case records (:meth:`Evaluator.case_record`), per
+    convention."""
+    index = {name: k for k, name in enumerate(class_names)}
+    status = {r["case"]: {index[n]: organ_status(v["pred"] > 0, v["ref"] > 0) for n, v in r["voxels"].items()}
+              for r in records}
+    assumed = any(r["spacing"] is None for r in records)
+    return {name: summarise({r["case"]: {index[n]: (s["dice"], s["hd95"]) for n, s in r[name].items()}
+                             for r in records}, class_names, name, status=status, spacing_assumed=assumed)
+            for name in CONVENTIONS}
+
+
+class Evaluator:
+    """The evaluation stage: predicts and scores the cases of ``cases.volumes[split]``, and writes the final report.
+
+    Its own state is two caches: the validation cases zoomed to model input (scored every epoch, zoomed once) and
+    the warnings already logged. Everything else it reads from ``cases`` when it needs it, so a restored run's
+    classes and a later :meth:`Cases.load <tasks.medseg.preprocessing.cases.Cases.load>` are seen at once.
+
+    Args:
+        config: the run's config (``image_size``, evaluation batch, sliding window, ``--tta``, HD95 convention).
+        cases: the preprocessing stage whose cases, classes and plan are predicted and scored.
+        spatial_dims: 2 (slice by slice) or 3 (sliding window on the case's grid).
+        device: where the model runs.
+        dist: this rank, of which :meth:`evaluate` scores its shard.
+    """
+
+    def __init__(self, config: MedsegConfig, cases: Cases, spatial_dims: int, device: torch.device,
+                 dist: DistInfo) -> None:
+        self.config, self.cases, self.spatial_dims, self.device, self.dist = config, cases, spatial_dims, device, dist
+        self._zoomed_valid: dict[str, Tensor] = {}  # case -> (D, C, S, S), filled by the first validation
+        self._warned: set[str] = set()  # messages logged once (mirroring asks for its axes once per case)
+
+    def forget_zoomed(self) -> None:
+        """Drop the zoomed validation cases: the cases were read again (:meth:`Cases.load`)."""
+        self._zoomed_valid = {}
 
     @torch.no_grad()
     def zoomed(self, volume: Volume) -> Tensor:
@@ -78,7 +114,7 @@ class MedsegEvaluation:
         if volume.case in self._zoomed_valid:
             return self._zoomed_valid[volume.case]
         slices = torch.from_numpy(model_slices(volume.image, self.config.image_size).astype(np.float32))
-        if any(volume is v for v in self.volumes.get("valid", ())):
+        if any(volume is v for v in self.cases.volumes.get("valid", ())):
             self._zoomed_valid[volume.case] = slices
         return slices
 
@@ -135,7 +171,7 @@ class MedsegEvaluation:
         if self.spatial_dims == 3:
             from tasks.medseg.inference.sliding import window_logits
 
-            logits = window_logits(model, image, self.patch_size, c.overlap, c.sw_mode,
+            logits = window_logits(model, image, self.cases.patch_size, c.overlap, c.sw_mode,
                                    batch_size or c.sw_batch_size, self.device)  # (K, D, H, W)
             return logits.softmax(0)
         batch, slices = batch_size or c.eval_batch_size, image.transpose(0, 1)  # (D, C, S, S)
@@ -150,7 +186,7 @@ class MedsegEvaluation:
         spatial sizes are those inference feeds it (the slice size, the sliding window's patch)."""
         from tasks.engine.export_graphs import batch_graph
 
-        volume = (self.volumes.get("test") or self.volumes["valid"])[0]
+        volume = (self.cases.volumes.get("test") or self.cases.volumes["valid"])[0]
         if self.spatial_dims == 2:
             slices = self.zoomed(volume)  # (D, C, S, S)
             start = max(0, (slices.shape[0] - n) // 2)
@@ -158,7 +194,7 @@ class MedsegEvaluation:
         from monai.transforms import CenterSpatialCrop, SpatialPad
 
         image = channels_first(volume)  # (C, D, H, W)
-        patch = CenterSpatialCrop(self.patch_size)(SpatialPad(self.patch_size)(image))  # (C, pd, ph, pw)
+        patch = CenterSpatialCrop(self.cases.patch_size)(SpatialPad(self.cases.patch_size)(image))  # (C, pd, ph, pw)
         patch = torch.as_tensor(patch)
         # three different examples: traced at batch 2 and checked at 3, so a graph with its batch baked in fails
         return [batch_graph(model, "patches", torch.stack([patch, patch.flip(-1), patch.flip(-2)]))]
@@ -182,22 +218,9 @@ class MedsegEvaluation:
         """
         return nearest_on_slices(probabilities.float().numpy(), volume.shape[1:])
 
-    def left_right_axis(self) -> int | None:
-        """The axis of the (D, H, W) grid that runs from left to right: W for the Synapse, ACDC and phantom layouts
-        and for NIfTI cases sliced across S or A (columns run along R), D for NIfTI cases sliced across R."""
-        if self.nifti_info is not None and self.nifti_info.get("slice_axis") == "R":
-            return 0
-        return 2
-
     def trained_flip_axes(self) -> tuple[int, ...]:
-        """The axes of the (D, H, W) grid that training flips (``--flip-prob``; none when it is 0): every axis but the
-        left-right one, whose flip would turn the left kidney into a right one without changing its label (and, for
-        a 2D model, not D: it sees every slice alone). Read from the run's config, so a restored run knows them."""
-        from tasks.medseg.inference.sliding import default_mirror_axes
-
-        if not self.config.flip_prob:
-            return ()
-        return default_mirror_axes(self.spatial_dims, self.left_right_axis())
+        """The axes training flipped (:func:`~tasks.medseg.training.examples.trained_flip_axes`)."""
+        return trained_flip_axes(self.config, self.spatial_dims, self.cases.left_right_axis())
 
     def mirror_axes(self) -> tuple[int, ...]:
         """The axes ``--tta mirror`` flips: those training flipped (:meth:`trained_flip_axes`, as nnU-Net mirrors at
@@ -220,16 +243,15 @@ class MedsegEvaluation:
 
     def _warn_once(self, message: str) -> None:
         """Log ``message`` once per task: mirroring asks for its axes once per case."""
-        warned = vars(self).setdefault("_mirror_warnings", set())
-        if message not in warned:
-            warned.add(message)
+        if message not in self._warned:
+            self._warned.add(message)
             log.warning(message)
 
     def inference_lines(self, members: int = 1) -> list[str]:
         """How the cases were predicted, for the report: the sliding window, the ensemble, the mirroring."""
         c, lines = self.config, []
         if self.spatial_dims == 3:
-            lines.append(f"- 3D: MONAI's sliding window of {'×'.join(map(str, self.patch_size))} voxels, overlap "
+            lines.append(f"- 3D: MONAI's sliding window of {'×'.join(map(str, self.cases.patch_size))} voxels, overlap "
                          f"{c.overlap}, {c.sw_mode} weighting, {c.sw_batch_size} window(s) per pass")
         if members > 1:
             lines.append(f"- ensemble of {members} models: their softmax probabilities averaged")
@@ -243,13 +265,13 @@ class MedsegEvaluation:
         what = (f"probabilities averaged over {2 ** len(axes)} flips along {_axis_names(axes)}" if axes else
                 "none (--tta mirror asked for it, but there was no axis to mirror)")
         return (f"{what}; mirroring flips only axes training flipped ({_trained_note(self.trained_flip_axes())}; "
-                f"never the left-right axis {'DHW'[self.left_right_axis()]})")
+                f"never the left-right axis {'DHW'[self.cases.left_right_axis()]})")
 
     def case_record(self, volume: Volume, pred: np.ndarray) -> dict[str, Any]:
         """The per-example record of one case (a line of ``predictions/<split>.jsonl``): per organ, (Dice, HD95)
         in each convention and the voxel counts of prediction and reference; the spacing (z, y, x) in mm or None.
         """
-        k, names = self.num_classes, self.class_names
+        k, names = self.cases.num_classes, self.cases.class_names
         record: dict[str, Any] = {"case": volume.case}
         per_convention = case_scores_per_convention(pred, volume.label, k, volume.spacing)  # checks both volumes
         for convention, scores in per_convention.items():
@@ -261,20 +283,14 @@ class MedsegEvaluation:
 
     def evaluate(self, model: nn.Module, split: str) -> list[dict[str, Any]]:
         """One record per case of this rank's shard (see :meth:`case_record`)."""
-        return [self.case_record(v, self.predict_volume(model, v)) for v in shard(self.volumes[split], self.dist)]
+        return [self.case_record(v, self.predict_volume(model, v)) for v in shard(self.cases.volumes[split], self.dist)]
 
     def summaries(self, records: list[dict[str, Any]]) -> dict[str, dict]:
-        """:func:`~tasks.medseg.evaluation.metrics.summarise` of case records, per convention."""
-        index = {name: k for k, name in enumerate(self.class_names)}
-        status = {r["case"]: {index[n]: organ_status(v["pred"] > 0, v["ref"] > 0) for n, v in r["voxels"].items()}
-                  for r in records}
-        assumed = any(r["spacing"] is None for r in records)
-        return {name: summarise({r["case"]: {index[n]: (s["dice"], s["hd95"]) for n, s in r[name].items()}
-                                 for r in records}, self.class_names, name, status=status, spacing_assumed=assumed)
-                for name in CONVENTIONS}
+        """:func:`summaries` of case records with the run's classes."""
+        return summaries(records, self.cases.class_names)
 
     def score(self, records: list[dict[str, Any]], split: str) -> dict[str, float]:
-        expected = len(self.volumes[split])
+        expected = len(self.cases.volumes[split])
         if len(records) != expected:
             raise ValueError(f"expected one record per case of {split!r} ({expected}), got {len(records)}")
         return self.headline_metrics(self.summaries(records))
@@ -294,8 +310,9 @@ class MedsegEvaluation:
         """
         out_dir, metrics, sections = Path(out_dir), {}, [self._data_section()]
         if splits is None:
-            cv = self.split_info is not None and not self.split_info["test_is_valid"] and self.volumes["valid"]
-            splits = ("test", "valid") if cv else self.eval_splits[:1]
+            info = self.cases.split_info
+            cv = info is not None and not info["test_is_valid"] and self.cases.volumes["valid"]
+            splits = ("test", "valid") if cv else ("test",)
         for n, split in enumerate(splits):
             metrics[split], section = self._split_report(model, split, out_dir, overlays=n == 0)
             sections.append(section)
@@ -303,17 +320,17 @@ class MedsegEvaluation:
 
     def _data_section(self) -> str:
         """The dataset (for NIfTI: its fingerprint and preprocessing) and the fold used, as markdown."""
-        lines = ["## Data", ""]
-        nifti = getattr(self.data, "nifti", None)
+        lines, cases = ["## Data", ""], self.cases
+        nifti = getattr(cases.data, "nifti", None)
         if nifti is not None:
             lines += nifti.report_lines()
         else:
-            lines.append(f"- {self.data.name} from {self.data.source}; intensities "
-                         f"{INTENSITY.get(self.dataset_name, 'as the files store them')}")
-        info = self.split_info
+            lines.append(f"- {cases.data.name} from {cases.data.source}; intensities "
+                         f"{INTENSITY.get(cases.dataset_name, 'as the files store them')}")
+        info = cases.split_info
         if info is not None:
-            lines.append(f"- fold {info['fold']} of {info['folds']} ({info['origin']}): {len(self.volumes['train'])} "
-                         f"training, {len(self.volumes['valid'])} validation cases ({', '.join(info['valid'][:8])}"
+            lines.append(f"- fold {info['fold']} of {info['folds']} ({info['origin']}): {len(cases.volumes['train'])} "
+                         f"training, {len(cases.volumes['valid'])} validation cases ({', '.join(info['valid'][:8])}"
                          f"{', ...' if len(info['valid']) > 8 else ''}); the run's splits_final.json holds every fold")
             if info["test_is_valid"]:
                 lines.append("- no labelled test split (labelsTs/): the fold's validation cases are the evaluation "
@@ -324,12 +341,13 @@ class MedsegEvaluation:
     def _split_report(self, model: nn.Module, split: str, out_dir: Path, overlays: bool) -> tuple[dict, str]:
         from tasks.medseg.evaluation.report import case_table, organ_table, pick_overlay_slices, plot_overlays
 
-        c, data, names, volumes = self.config, self.data, self.class_names, self.volumes[split]
+        c, cases = self.config, self.cases
+        data, names, volumes = cases.data, cases.class_names, cases.volumes[split]
         if not volumes:
             raise ValueError(f"the {split} split of {data.source} is empty: nothing to evaluate")
         shown = (c.overlay_slices + 1) // 2 if overlays else 0  # cases whose slices are drawn, two slices each
         nifti = getattr(data, "nifti", None)
-        original = OriginalGeometryScores(out_dir / "predictions" / split, self.num_classes) \
+        original = OriginalGeometryScores(out_dir / "predictions" / split, cases.num_classes) \
             if nifti is not None and self.dist.is_main else None
         nifti_cases = {c.case: c for c in nifti.train + nifti.test} if original is not None else {}
         records, samples = [], []
@@ -346,19 +364,19 @@ class MedsegEvaluation:
             write_records(out_dir, split, records, split_hash(x for v in volumes for x in (v.case, v.image, v.label)))
         summaries = self.summaries(records)
         head = summaries[c.hd95]
-        train_slices = sum(v.shape[0] for v in self.volumes["train"])
+        train_slices = sum(v.shape[0] for v in cases.volumes["train"])
         title = SPLIT_TITLES.get(split, split)
-        if split == "test" and self.split_info is not None and self.split_info["test_is_valid"]:
-            title += f" (fold {self.split_info['fold']}'s validation cases: the data has no labelled test split)"
+        if split == "test" and cases.split_info is not None and cases.split_info["test_is_valid"]:
+            title += f" (fold {cases.split_info['fold']}'s validation cases: the data has no labelled test split)"
         grid = "the canonical grid (reoriented, resampled)" if original is not None else "each whole 3D volume"
         how = (f"slices zoomed to {c.image_size}×{c.image_size}. Predicted slice by slice, zoomed back with order 0"
                if self.spatial_dims == 2 else
-               f"3D patches of {'×'.join(map(str, self.patch_size))} voxels. Predicted through a sliding window")
+               f"3D patches of {'×'.join(map(str, cases.patch_size))} voxels. Predicted through a sliding window")
         members = len(model) if isinstance(model, list | tuple) else 1
         lines = [f"## {title}", "",
-                 f"{data.name} from {data.source}: {len(self.volumes['train'])} training cases "
-                 f"({train_slices} slices), {len(self.volumes['valid'])} validation, {len(self.volumes['test'])} "
-                 f"test cases; {self.num_classes} classes; {self.in_channels} channel(s); {how}, scored per "
+                 f"{data.name} from {data.source}: {len(cases.volumes['train'])} training cases "
+                 f"({train_slices} slices), {len(cases.volumes['valid'])} validation, {len(cases.volumes['test'])} "
+                 f"test cases; {cases.num_classes} classes; {cases.in_channels} channel(s); {how}, scored per "
                  f"organ on {grid}, averaged over cases per organ, then over organs.", "",
                  *self.inference_lines(members), "",
                  f"Headline convention: **{c.hd95}** — {CONVENTIONS[c.hd95]}", "",
