@@ -1,7 +1,7 @@
 """Linear attention (Katharopoulos et al. 2020): the attention kernel swapped for φ(Q)(φ(K)ᵀV).
 
 Importing this package registers the ``"linear"`` attention kernel (any config can then say
-``kernel="linear"``) and the ``"linear"`` variant for translation.
+``kernel="linear"``) and the ``"linear"`` variant for translation, image classification and the language model.
 """
 
 from core.attention import register_kernel
