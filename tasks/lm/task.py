@@ -184,15 +184,10 @@ class LMTask(Task):
             if len(self.ids[split]) < c.context + 1:
                 raise ValueError(f"{where}: the {split} split has {len(self.ids[split])} tokens, fewer than one "
                                  f"window of context + 1 = {c.context + 1}; give more text or a smaller --context")
-        self.valid_split = "valid"
 
     def build_model(self) -> nn.Module:
         c: LMConfig = self.config
-        overrides = {"max_len": c.context, **c.model, "vocab_size": self.tokenizer.vocab_size}
-        if "vocab_size" in c.model and c.model["vocab_size"] != overrides["vocab_size"]:
-            raise ValueError(f"--model-set vocab_size={c.model['vocab_size']} conflicts with the tokenizer's "
-                             f"{overrides['vocab_size']} ids; remove it, the task sets it")
-        model = self.build_variant(overrides)
+        model = self.build_variant(self.delta_overrides())
         check_length = getattr(model, "check_length", None)
         if check_length is not None:
             check_length(c.context, f"--context {c.context}")
@@ -259,7 +254,7 @@ class LMTask(Task):
         return sorted(records, key=lambda r: r["id"])
 
     def evaluate(self, model: nn.Module, split: str) -> list[Any]:
-        split = split if split in self.ids else self.valid_split
+        split = split if split in self.ids else "valid"
         return self.score_windows(model, split, shard(list(range(len(self.eval_windows(split)))), self.dist))
 
     def score(self, records: list[Any], split: str) -> dict[str, float]:
@@ -338,7 +333,10 @@ class LMTask(Task):
         return entropy(Counter(self.ids["train"][:n].tolist()))
 
     def delta_overrides(self) -> dict[str, Any]:
-        return {"max_len": self.config.context, **self.config.model, "vocab_size": self.tokenizer.vocab_size}
+        """The model's config fields the run decides: the vocabulary (the tokenizer's) and a learned position table
+        of ``context`` places unless ``--model-set max_len`` says otherwise."""
+        decided = self.decided_overrides({"vocab_size": self.tokenizer.vocab_size}, "the tokenizer")
+        return {"max_len": self.config.context, **decided}
 
     def save_artifacts(self, out_dir: Path) -> None:
         self.tokenizer.save(Path(out_dir) / TOKENIZER_FILE)
