@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,9 @@ from core.model import Transformer, TransformerConfig, build_transformer
 from core.multihead import record_attention
 from core.schedule import noam_rate
 from tasks.translation.task import pad_batch
+
+if TYPE_CHECKING:  # annotation only: the lab's translation lessons need not import the lm task
+    from tasks.lm.task import LMTask
 
 
 @dataclass
@@ -151,6 +155,49 @@ def train(
     return log
 
 
+def train_lm(model: nn.Module, task: LMTask, steps: int, progress: bool = True, desc: str = "train",
+             on_step: Callable[[int, nn.Module], None] | None = None) -> TrainLog:
+    """``steps`` optimizer steps of a language model on a set-up :class:`tasks.lm.task.LMTask`'s training windows.
+
+    The task's own batches (windows of ``context + 1`` tokens, shuffled from (seed, epoch)), loss, optimizer
+    (AdamW as nanoGPT) and warm-up/cosine schedule over ``steps``, gradients clipped at its ``grad_clip``: what
+    ``zoo train lm`` does without checkpoints and evaluation, so that a lesson trains several models in one
+    process. ``on_step`` is called after each backward pass, before the optimizer step. Logged: the mean loss per
+    token of each step, its learning rate and the gradient norm before clipping.
+    """
+    from tasks.engine.progress import progress_bar
+
+    optimizer = task.make_optimizer(model)
+    scheduler = task.make_scheduler(optimizer, steps)
+    clip = task.config.grad_clip or math.inf
+    log = TrainLog([], [], [])
+    batches: list = []
+    epoch = 0
+    model.train()
+    bar = progress_bar(range(steps), desc=desc, disable=not progress, leave=False)
+    for step in bar:
+        if not batches:  # the next epoch: the text cut at another offset, reshuffled
+            batches, epoch = task.train_batches(epoch), epoch + 1
+        total, count = task.loss(model, batches.pop(0))
+        loss = total / count
+        if not torch.isfinite(loss):
+            log.diverged = True
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if on_step is not None:
+            on_step(step, model)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        log.lr.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+        log.loss.append(float(loss.detach()))
+        log.grad_norm.append(float(norm))
+        bar.set_postfix(loss=f"{log.loss[-1]:.3f}")
+    model.eval()
+    return log
+
+
 def noam(d_model: int, warmup: int, peak: float) -> Callable[[int], float]:
     """The paper's schedule (:func:`core.schedule.noam_rate`, step = index + 1), scaled so its maximum is ``peak``."""
     factor = peak * (d_model * warmup) ** 0.5  # noam_rate peaks at d_model^-0.5 · warmup^-0.5
@@ -242,4 +289,4 @@ def smooth(values: Sequence[float], window: int = 10) -> list[float]:
 
 __all__ = ["Seq2SeqData", "TrainLog", "TransformerConfig", "attention_maps", "batch", "bleu", "entropy", "figure",
            "greedy_translations", "noam", "save", "saturation", "sequence_loss", "small_transformer", "smooth",
-           "train", "translation_data"]
+           "train", "train_lm", "translation_data"]
