@@ -66,6 +66,15 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("exposure-bias", "Exposure bias: teacher forcing vs free running", "decoding",
            "How far does greedy decoding fall below the teacher-forced accuracy, position by position, and does "
            "scheduled sampling close the gap?", "tasks.lab.exposure_bias"),
+    Lesson("extrapolation", "Reading a language model past its training length", "position",
+           "Trained at L, what perplexity does each position scheme give at 2L, 4L and 8L: which break, by how much?",
+           "tasks.lab.extrapolation"),
+    Lesson("sampling", "Temperature on generated text", "decoding",
+           "What do greedy decoding and T = 0.7, 1.0, 1.3 do to a language model's text: its looping, diversity and "
+           "likelihood?", "tasks.lab.sampling"),
+    Lesson("causal-mask", "A causal mask filled with 0: training looks fine, generation collapses", "attention",
+           "How low does the leaking model's training loss go, and what are its honest loss and generated text?",
+           "tasks.lab.causal_mask"),
 )}
 
 

@@ -12,7 +12,7 @@ from tasks.lab import LESSONS, LabSettings, Lesson, LessonResult, get_lesson, ru
 from tasks.lab.toolkit import bleu, entropy, noam, saturation, small_transformer, train, translation_data
 
 EXPECTED = ("scale", "mask", "norm", "warmup", "position", "temperature", "init", "params", "small-data",
-            "swin-windows", "moe-routing", "exposure-bias")
+            "swin-windows", "moe-routing", "exposure-bias", "extrapolation", "sampling", "causal-mask")
 
 
 def test_index_lists_the_lessons(capsys):
