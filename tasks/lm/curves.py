@@ -102,10 +102,11 @@ def reading(rows: list[dict[str, Any]], train_length: int) -> str:
 
 def schemes_markdown(table: Sequence[dict[str, Any]]) -> str:
     """:func:`~tasks.lm.extrapolation.compare_schemes`' table with one row per scheme and one column per length:
-    ``mean [low, high]``, the note where a cell has no interval or no value."""
+    ``mean [low, high]`` (a scheme of one seed says so once, in its seeds column), or why a length has no value."""
     by_scheme: dict[str, dict[str, Any]] = {}
     for entry in table:
-        row = by_scheme.setdefault(entry["scheme"], {"scheme": entry["scheme"], "seeds": entry["seeds"]})
-        cell = with_interval(entry["mean"], entry["interval"])
-        row[f"{entry['multiple']}× ({entry['length']})"] = f"{cell} ({entry['note']})" if entry["note"] else cell
+        seeds = entry["seeds"] if entry["seeds"] > 1 else "1 (no interval)"
+        row = by_scheme.setdefault(entry["scheme"], {"scheme": entry["scheme"], "seeds": seeds})
+        cell = entry["note"] if entry["mean"] is None else with_interval(entry["mean"], entry["interval"])
+        row[f"{entry['multiple']}× ({entry['length']})"] = cell
     return markdown_table(list(by_scheme.values()))

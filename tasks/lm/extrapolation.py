@@ -157,7 +157,8 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor, lengths: Sequence[in
         progress: a progress bar per length.
 
     Returns:
-        One dict per length: ``length``, ``defined`` (False when the model cannot run at L, with a ``reason``),
+        One dict per length: ``length``, ``defined`` (False when the model cannot run at L, with a ``reason`` and
+        the longest length it can run at, ``limit``),
         ``non_overlapping`` and ``sliding`` (None when not measured), each the dict of :func:`scores`: ``stride``,
         ``windows``, ``tokens`` (scored), ``nll`` (mean, nats), ``perplexity``, ``bits_per_token``,
         ``bits_per_char`` (None without ``n_chars``).
@@ -167,7 +168,7 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor, lengths: Sequence[in
     rows = []
     for length in lengths:
         if limit is not None and length > limit:
-            rows.append({"length": length, "defined": False, "non_overlapping": None, "sliding": None,
+            rows.append({"length": length, "defined": False, "non_overlapping": None, "sliding": None, "limit": limit,
                          "reason": f"not defined past {limit}: the learned position table has {limit} positions "
                                    f"(build it with max_len >= {length}, or use a scheme that extrapolates)"})
             continue
@@ -225,7 +226,7 @@ def compare_schemes(runs: Mapping[str, Sequence[Seed]], train_length: int, multi
     Returns:
         One dict per (scheme, length): ``scheme``, ``length``, ``multiple``, ``seeds``, ``mean`` (None when the
         length is not defined for the scheme), ``interval`` (``(low, high)``, or None with one seed) and ``note``
-        (``"1 seed, no interval"``, the reason a length is not defined, or ``""``).
+        (``"1 seed, no interval"``, ``"not defined past N"``, or ``""``).
     """
     check_int("train_length", train_length, 2)
     lengths = [train_length * m for m in multiples]
@@ -243,7 +244,7 @@ def compare_schemes(runs: Mapping[str, Sequence[Seed]], train_length: int, multi
             entry = {"scheme": name, "length": length, "multiple": multiple, "seeds": len(seeds),
                      "mean": None, "interval": None, "note": ""}
             if any(score is None for score in best):
-                entry["note"] = next(rows[0]["reason"] for rows in found if not rows[0]["defined"])
+                entry["note"] = f"not defined past {min(rows[0]['limit'] for rows in found if not rows[0]['defined'])}"
             else:
                 entry["mean"], entry["interval"] = t_interval([s["perplexity"] for s in best], confidence)
                 entry["note"] = "1 seed, no interval" if len(seeds) == 1 else ""

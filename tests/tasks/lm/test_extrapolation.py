@@ -106,7 +106,7 @@ def test_a_learned_table_is_not_defined_past_its_length_and_never_wrapped():
     with float64():
         rows = perplexity_at_lengths(model, tokens, [8, 16, 32], stride=4)
     assert [row["defined"] for row in rows] == [True, True, False]
-    assert rows[2]["non_overlapping"] is None and rows[2]["sliding"] is None
+    assert rows[2]["non_overlapping"] is None and rows[2]["sliding"] is None and rows[2]["limit"] == 16
     assert "not defined past 16" in rows[2]["reason"] and "max_len >= 32" in rows[2]["reason"]
     with pytest.raises(ValueError, match="max_len=16"):  # the model itself refuses: nothing to wrap silently
         model(tokens[None, :32])
@@ -158,10 +158,11 @@ def test_compare_schemes_mean_and_t_interval_over_seeds():
         assert entry["interval"] == pytest.approx((low, high), rel=1e-9)
     learned = table[4:]
     assert learned[0]["note"] == learned[1]["note"] == "1 seed, no interval" and learned[0]["interval"] is None
-    assert learned[2]["mean"] is None and "not defined past 8" in learned[2]["note"]
+    assert learned[2]["mean"] is None and learned[2]["note"] == "not defined past 8"
     text = schemes_markdown(table)
     assert "| scheme | seeds | 1× (4) | 2× (8) | 4× (16) | 8× (32) |" in text
-    assert "1 seed, no interval" in text and "not defined past 8" in text
+    assert f"| rope | 2 | {table[0]['mean']:.4g} [{table[0]['interval'][0]:.4g}, " in text
+    assert "| learned | 1 (no interval) |" in text and "| not defined past 8 | not defined past 8 |" in text
 
 
 def test_compare_schemes_refuses_a_length_not_measured():
