@@ -192,18 +192,21 @@ def headline(row: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def measure_run(path: str | Path, lengths: Sequence[int], stride: int | None = None, batch_size: int = 16,
-                split: str = "valid") -> tuple[list[dict[str, Any]], int]:
-    """:func:`perplexity_at_lengths` of a finished ``zoo train lm`` run folder on its own ``split``, and the
-    context length it was trained at."""
+                split: str = "valid", train_length: int | None = None) -> list[dict[str, Any]]:
+    """:func:`perplexity_at_lengths` of a finished ``zoo train lm`` run folder on its own ``split``; a run trained
+    at another context than ``train_length`` (when given) is refused before anything is measured."""
     from tasks.runs.run import load_run
 
     run = load_run(path, task="lm")
+    context = run.task.config.context
+    if train_length is not None and context != train_length:
+        raise ValueError(f"run {path} was trained at context {context}, not train_length={train_length}; "
+                         f"compare runs trained at one length, or pass train_length={context}")
     run.task.setup()  # reads the run's corpus and encodes it with the run's own tokenizer
     if split not in run.task.ids:
         raise ValueError(f"split {split!r} is not one of the run's splits {sorted(run.task.ids)}; pick one of them")
-    rows = perplexity_at_lengths(run.model, run.task.ids[split], lengths, stride, batch_size,
+    return perplexity_at_lengths(run.model, run.task.ids[split], lengths, stride, batch_size,
                                  n_chars=len(run.task.texts[split]))
-    return rows, run.task.config.context
 
 
 Seed = Sequence[dict[str, Any]] | tuple[nn.Module, Tensor] | str | Path
@@ -256,11 +259,7 @@ def measure(seed: Seed, lengths: Sequence[int], train_length: int, stride: int |
             split: str) -> Sequence[dict[str, Any]]:
     """One seed's rows for :func:`compare_schemes`: given, measured on a ``(model, tokens)`` pair, or on a run."""
     if isinstance(seed, (str, Path)):
-        rows, context = measure_run(seed, lengths, stride, batch_size, split)
-        if context != train_length:
-            raise ValueError(f"run {seed} was trained at context {context}, not train_length={train_length}; "
-                             f"compare runs trained at one length, or pass train_length={context}")
-        return rows
+        return measure_run(seed, lengths, stride, batch_size, split, train_length)
     if isinstance(seed, tuple):
         return perplexity_at_lengths(*seed, lengths, stride, batch_size)
     return seed
