@@ -5,7 +5,8 @@ Vaswani et al. 2017, §3.2.3: the decoder's self-attention masks illegal connect
 after it. In a language model the token after position t *is* position t's target, so training learns to read
 its answers through the leak and the training loss falls lower than an honest model's of the same seed and
 budget. Generation has no future to read: it feeds one token at a time, and a single query has nothing masked,
-so the buggy kernel computes what the correct one does and the model meets the world it was never trained in.
+so the buggy kernel computes what the correct one does and the model meets the world it was never trained in
+(only the prompt, read in one pass, still leaks inside itself).
 
 The same tiny model is trained twice on the embedded Shakespeare subset (the ``lm`` task's batches, optimizer and
 schedule; same seed, data order and budget), once with :class:`tasks.lab.mask.ZeroFilledMaskAttention` in every
@@ -66,7 +67,8 @@ def run(settings: LabSettings) -> LessonResult:
     n_prompts, draws = (8, 2) if settings.quick else (16, 4)
     arms = {}
     for name, model, log in (("−∞ (correct)", right, right_log), ("0 (the leak)", zero, zero_log)):
-        generated, shown = measure(model, task, n_prompts, draws, CONTEXT - PROMPT, settings.seed, right, PROMPT)
+        generated, shown = measure(model, task, n_prompts, draws, CONTEXT - PROMPT, settings.seed, right, PROMPT,
+                                   temperatures=(1.0,))
         arms[name] = {"train_loss": log.final(), "valid_loss_as_trained": validation_loss(model, task, False),
                       "valid_loss_honest": validation_loss(model, task, True),
                       "greedy": generated["greedy"], "sampled": generated["T=1.0"],

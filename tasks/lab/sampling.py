@@ -108,16 +108,17 @@ def sample_texts(model: nn.Module, task: LMTask, prompt_ids: Tensor, temperature
 
 
 def measure(model: nn.Module, task: LMTask, n_prompts: int, draws: int, new_tokens: int, seed: int,
-            judge: nn.Module | None = None, prompt_tokens: int = PROMPT_TOKENS
-            ) -> tuple[dict[str, dict], dict[str, str]]:
-    """Scores of greedy decoding, of sampling at each temperature and of the real continuations of ``n_prompts``
-    prompts of the validation play, and the first prompt's continuation under each (the samples shown)."""
+            judge: nn.Module | None = None, prompt_tokens: int = PROMPT_TOKENS,
+            temperatures: Sequence[float] = TEMPERATURES) -> tuple[dict[str, dict], dict[str, str]]:
+    """Scores of greedy decoding, of sampling at each of ``temperatures`` and of the real continuations of
+    ``n_prompts`` prompts of the validation play, and the first prompt's continuation under each (the samples
+    shown), keyed "real text", "greedy", "T=0.7", ..."""
     prompt_ids, real = prompts(task.ids["valid"], n_prompts, prompt_tokens, room=new_tokens)
     real_texts = [task.tokenizer.decode(row) for row in real.tolist()]
     rows = {"real text": text_scores(real_texts, continuation_nll(judge or model, torch.cat((prompt_ids, real), 1),
                                                                   prompt_ids.shape[1]))}
     shown = {"prompt": task.tokenizer.decode(prompt_ids[0].tolist()), "real text": real_texts[0]}
-    for name, t in (("greedy", 0.0), *((f"T={t}", t) for t in TEMPERATURES)):
+    for name, t in (("greedy", 0.0), *((f"T={t}", t) for t in temperatures)):
         texts, rows[name] = sample_texts(model, task, prompt_ids, t, new_tokens, draws, seed, judge)
         shown[name] = texts[0]
     return rows, shown
