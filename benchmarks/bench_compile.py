@@ -92,7 +92,7 @@ def medseg_case() -> Case:
 
     task = MedsegTask(MedsegConfig(progress=False), torch.device("cpu"), DistInfo())
     task.setup()
-    slices = task.zoomed(task.volumes["test"][0])[: task.config.eval_batch_size]
+    slices = task.evaluator.zoomed(task.volumes["test"][0])[: task.config.eval_batch_size]
     return Case("medseg missformer cpu", task, task.train_batches(0)[:1], lambda: (slices,))
 
 

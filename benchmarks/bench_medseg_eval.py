@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, time_pair, timed_row
 
-import tasks.medseg.evaluation.task_evaluation as medseg_task
+import tasks.medseg.evaluation.evaluator as medseg_task
 from tasks.engine.distributed import DistInfo
 from tasks.medseg.evaluation.metrics import CONVENTIONS, case_scores, case_scores_per_convention
 from tasks.medseg.reading.volume import Volume
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{test[0].spacing} ... mm; ours = one pass for both conventions, peer = one pass per convention\n")
     print(HEADER + "\n" + "-" * len(HEADER))
     rows = [bench_evaluate(task, model, warmup, rounds, clock)]
-    untrained = [task.predict_volume(model, v) for v in test]
+    untrained = [task.evaluator.predict_volume(model, v) for v in test]
     shifted = [np.roll(v.label, (1, 1), axis=(1, 2)) for v in test]
     no_spacing = [replace(v, spacing=None) for v in test]
     cases = [] if args.quick else [("untrained", untrained)]
