@@ -43,7 +43,7 @@ from tasks.lm.corpus import DEFAULT_FRACTION, SPLITS, embedded_corpus, parse_fra
 from tasks.lm.tokenizer import KINDS, LMTokenizer, load_tokenizer, train_tokenizer
 from tasks.runs.records import split_hash, write_records
 from zoo.analysis.delta import TaskShape
-from zoo.analysis.doctor import entropy
+from zoo.analysis.doctor import Batch, entropy
 
 if TYPE_CHECKING:  # annotations only: runs sit above the tasks
     from tasks.runs.run import Run
@@ -263,44 +263,48 @@ class LMTask(Task):
 
     def final_report(self, model: nn.Module, out_dir: Path, splits: Sequence[str] | None = None
                      ) -> tuple[dict[str, Any], str]:
-        c = self.config
-        results: dict[str, Any] = {}
-        rows, sections = [], []
-        for split in self._report_splits(splits):
-            records = self.score_windows(model, split, range(len(self.eval_windows(split))))
-            metrics = text_scores(records)
-            results[split] = metrics
-            rows.append({"split": split, **metrics})
-            if self.dist.is_main:
-                write_records(out_dir, split, records, split_hash([self.texts[split]]))
-            if c.eval_lengths:
-                results[split]["extrapolation"], section = self.extrapolation(model, split, out_dir)
-                sections.append(section)
-        head = ["## Test results", "", markdown_table(rows), "",
-                "Loss: mean cross-entropy per token (nats), every token scored once in non-overlapping windows of "
-                f"{c.context} tokens; bits per character: total loss / (characters × ln 2)."]
-        sample = self.sample(model, self._report_splits(splits)[0])
-        if sample:
-            head += ["", "### Generated sample", "", sample]
-        return results, "\n".join([*head, *sections])
-
-    def extrapolation(self, model: nn.Module, split: str, out_dir: Path) -> tuple[list[dict[str, Any]], str]:
-        """Perplexity of ``split`` at each ``eval_lengths`` (:mod:`tasks.lm.extrapolation`), the report's section
-        and ``curves_<split>.png``."""
+        """Loss, perplexity and bits per character of ``splits`` (default: test), the extrapolation protocol at
+        ``eval_lengths`` and a seeded sample; every figure is computed before any file is written, so a refused
+        length leaves nothing behind."""
         from tasks.lm.curves import markdown_section, plot_curves
+
+        c = self.config
+        splits = self._report_splits(splits)
+        for split in splits if c.eval_lengths else ():
+            too_long = [n for n in c.eval_lengths if n > len(self.ids[split])]
+            if too_long:
+                raise ValueError(f"the {split} split has {len(self.ids[split])} tokens, fewer than the evaluation "
+                                 f"lengths {too_long}; give shorter --lengths")
+        results: dict[str, Any] = {}
+        records, curves, table = {}, {}, []
+        for split in splits:
+            records[split] = self.score_windows(model, split, range(len(self.eval_windows(split))))
+            results[split] = text_scores(records[split])
+            table.append({"split": split, **results[split]})
+            if c.eval_lengths:
+                curves[split] = results[split]["extrapolation"] = self.extrapolation(model, split)
+        sample = self.sample(model, splits[0])
+        if self.dist.is_main:
+            for split, rows in records.items():
+                write_records(out_dir, split, rows, split_hash([self.texts[split]]))
+            for split, rows in curves.items():
+                plot_curves({f"{c.variant} ({split})": rows}, c.context, Path(out_dir) / f"curves_{split}.png")
+        section = ["## Test results", "", markdown_table(table), "",
+                   "Loss: mean cross-entropy per token (nats), every token scored once in non-overlapping windows of "
+                   f"{c.context} tokens; bits per character: total loss / (characters × ln 2)."]
+        section += ["", "### Generated sample", "", sample] if sample else []
+        for split, rows in curves.items():
+            section += ["", markdown_section(rows, c.context, f"Extrapolation ({split}, trained at {c.context})")]
+        return results, "\n".join(section)
+
+    def extrapolation(self, model: nn.Module, split: str) -> list[dict[str, Any]]:
+        """Perplexity of ``split`` at each ``eval_lengths``, non-overlapping and with the sliding window of
+        ``eval_stride`` (:func:`tasks.lm.extrapolation.perplexity_at_lengths`)."""
         from tasks.lm.extrapolation import perplexity_at_lengths
 
         c = self.config
-        tokens = self.ids[split]
-        lengths = [n for n in c.eval_lengths if n <= len(tokens)]
-        if len(lengths) < len(c.eval_lengths):
-            raise ValueError(f"the {split} split has {len(tokens)} tokens, fewer than the evaluation lengths "
-                             f"{[n for n in c.eval_lengths if n > len(tokens)]}; give shorter --lengths")
-        rows = perplexity_at_lengths(model, tokens.to(self.device), lengths, c.eval_stride or None,
+        return perplexity_at_lengths(model, self.ids[split].to(self.device), c.eval_lengths, c.eval_stride or None,
                                      n_chars=len(self.texts[split]))
-        if self.dist.is_main:
-            plot_curves({f"{c.variant} ({split})": rows}, c.context, Path(out_dir) / f"curves_{split}.png")
-        return rows, "\n" + markdown_section(rows, c.context, f"Extrapolation ({split}, trained at {c.context})")
 
     def sample(self, model: nn.Module, split: str) -> str:
         """A seeded continuation of the first tokens of ``split`` (the report's sample); "" when none is asked."""
@@ -327,6 +331,21 @@ class LMTask(Task):
             if split not in self.ids:
                 raise unknown_name(f"split of the {self.name} task", split, self.eval_splits)
         return list(splits)
+
+    def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch:
+        """The first ``n`` full evaluation windows of ``split``: ids ``(B, L)`` and their next tokens ``(B, L)``."""
+        ids, c = self.ids[split], self.config.context
+        starts = [s for s, length in self.eval_windows(split) if length == c][:n]
+        batch = torch.stack([ids[s : s + c + 1] for s in starts]).to(self.device)  # (B, L + 1)
+        return Batch((batch[:, :-1],), batch[:, 1:], "causal_lm")
+
+    def onnx_graphs(self, model: nn.Module, n: int = 8) -> list:
+        """One graph, ids ``(B, N)`` -> next-token logits ``(B, N, V)``, dynamic in B and N, on the first ``n`` test
+        windows; generation recomputes the prefix through it (:class:`tasks.runs.onnx_runtime.OnnxDecoder`)."""
+        from tasks.engine.export_graphs import batch_graph
+
+        graph = batch_graph(model, "ids", self.doctor_batch("test", n).inputs[0].cpu(), more={1: "tokens"})
+        return [dataclasses.replace(graph, name="decoder")]
 
     def target_entropy(self, n: int = 100_000) -> float:
         """Entropy of the training tokens' unigram frequencies (the first ``n``)."""

@@ -96,6 +96,10 @@ def test_train_evaluate_predict_a_tiny_run(tmp_path, corpus, capsys):
     assert again["loss"] == final["loss"] and again["bits_per_char"] == final["bits_per_char"]  # the run's numbers
     assert [row["length"] for row in again["extrapolation"]] == [16, 32]
     assert again["extrapolation"][0]["sliding"]["stride"] == 8
+    assert "## Extrapolation (test, trained at 64)" in (tmp_path / "eval" / "report.md").read_text()
+    assert main(["evaluate", str(run), "--out", str(tmp_path / "long"), "--lengths", "64,100000"]) == 2
+    assert "fewer than the evaluation lengths [100000]" in capsys.readouterr().err
+    assert not (tmp_path / "long").exists()  # refused before anything was written
 
     capsys.readouterr()
     texts = []
