@@ -165,3 +165,19 @@ def test_task_options_reach_zoo_predict_and_evaluate_once():
     args = parser.parse_args(["evaluate", "RUN", "--lengths", "64,128", "--stride", "32"])
     assert (args.eval_lengths, args.eval_stride) == ("64,128", 32)
     assert args.task_options["eval_lengths"] == ["lm"] and args.option_flags["eval_lengths"] == "--lengths"
+
+
+def test_an_lm_option_is_refused_for_another_tasks_run(tmp_path, monkeypatch):
+    """zoo evaluate --lengths on a translation run: refused, naming the flag (not its dest) and the task taking it."""
+    from types import SimpleNamespace
+
+    import tasks.cli.runs as runs
+    from tasks.cli.main import build_parser
+    from tasks.translation.task import TranslationConfig
+
+    config = TranslationConfig()
+    run = SimpleNamespace(task=SimpleNamespace(config=config, name="translation", predict_options=()), config=config)
+    monkeypatch.setattr(runs, "_load", lambda args: run)
+    args = build_parser().parse_args(["evaluate", str(tmp_path), "--lengths", "64"])
+    with pytest.raises(ValueError, match=r"^--lengths: not an option of translation runs \(they apply to lm runs\)$"):
+        runs._load_members(args, tuple(args.task_options))
