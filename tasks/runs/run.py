@@ -230,7 +230,7 @@ def load_run(path: str | Path, checkpoint: str | Path = "best", device: str = "c
         if dev.type != "cpu":
             raise ValueError(f"--runtime onnxruntime runs on the CPU here; pass --device cpu, not {device}")
         config = runner.restore_model_config(info["variant"], info.get("variant_config"))
-        model, file = onnx_model(path, info, config, torch.get_num_threads()), path
+        model, file = onnx_model(path, info, config, torch.get_num_threads(), runner.variant), path
     else:
         model = runner.build_saved_model(info["variant"], info.get("variant_config"))
         file = weights_file(path, checkpoint)
