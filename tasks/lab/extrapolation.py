@@ -3,7 +3,8 @@
 The pitfall: a model only ever sees positions 0 … L − 1 in training, and nothing in the loss says what it should
 do at position 4L. Press et al. (2022, "Train Short, Test Long") measure it as this lesson does: train at L,
 report perplexity as the evaluation length grows (:mod:`tasks.lm.extrapolation`, their protocol; a sliding
-window so that every scored token sits at the end of a long window). Each of the six position schemes of the
+window of stride L, so that at length L_eval every token past the first window is scored at a position in
+L_eval − L … L_eval − 1, past anything training showed). Each of the six position schemes of the
 core (:data:`core.position.POSITIONAL_SCHEMES`) trains the same tiny character model on the embedded
 Shakespeare subset (the ``lm`` task's batches, optimizer and schedule) with the same seeds and budget:
 
