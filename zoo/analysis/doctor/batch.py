@@ -1,9 +1,11 @@
 """The batch a model is examined on, and how the doctor runs the model on it.
 
-Three kinds of model are understood, by what their forward takes and what their loss is:
+Four kinds of model are understood, by what their forward takes and what their loss is:
 
 * ``seq2seq``: ``model(src, tgt_in)`` -> logits ``(B, T, V)``; ``tgt_in`` is the target shifted right (BOS first),
   ``labels`` the target shifted left; the loss is the cross-entropy over non-pad labels (translation);
+* ``causal_lm``: ``model(ids)`` -> next-token logits ``(B, N, V)``; ``labels`` are the ids shifted left by one, every
+  position a real token (a decoder-only language model, the lm task);
 * ``classification``: ``model(images)`` -> ``(B, C)``; labels ``(B,)`` (cifar);
 * ``segmentation``: ``model(images)`` -> ``(B, C, H, W)``; labels ``(B, H, W)`` (medseg).
 
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-KINDS = ("seq2seq", "classification", "segmentation")
+KINDS = ("seq2seq", "causal_lm", "classification", "segmentation")
 
 
 @dataclass
@@ -42,6 +44,10 @@ class Batch:
             if self.inputs[1].shape != self.labels.shape:
                 raise ValueError(f"seq2seq labels {tuple(self.labels.shape)} must have the shape of the decoder "
                                  f"inputs {tuple(self.inputs[1].shape)} (the target shifted by one)")
+        if self.kind == "causal_lm" and (len(self.inputs) != 1 or self.inputs[0].shape != self.labels.shape):
+            raise ValueError(f"a causal_lm batch needs inputs (ids,) (B, N) and labels of their shape (the ids shifted "
+                             f"left by one); got inputs {[tuple(t.shape) for t in self.inputs]}, labels "
+                             f"{tuple(self.labels.shape)}")
 
     @property
     def src(self) -> Tensor:
@@ -107,6 +113,8 @@ def loss(model: nn.Module, batch: Batch, out: Tensor | None = None) -> Tensor:
     out = logits(model, batch) if out is None else out
     if batch.kind == "seq2seq":
         return F.cross_entropy(out.flatten(0, 1), batch.labels.flatten(), ignore_index=batch.pad_id)
+    if batch.kind == "causal_lm":
+        return F.cross_entropy(out.flatten(0, 1), batch.labels.flatten())
     return F.cross_entropy(out, batch.labels)
 
 
