@@ -13,6 +13,7 @@ import torch
 
 from core.generation import generate
 from tasks.cli.main import main
+from tasks.doctor.runs import doctor_variant
 from tasks.lm.corpus import embedded_corpus
 from tasks.runs.onnx_runtime import OnnxDecoder
 from zoo.analysis.doctor import Batch
@@ -105,6 +106,20 @@ def test_doctor_examines_an_lm_run_and_an_lm_variant_at_initialisation(compared,
     assert main(["doctor", "--variant", "nope", "--task", "lm", "--preset", "tiny", "--out", str(tmp_path / "init"),
                  "--no-figures", "--fail-on", "never"]) == 0
     assert "at initialisation" in (tmp_path / "init" / "doctor.md").read_text()
+    init = json.loads((tmp_path / "init" / "doctor.json").read_text())
+    assert "causal_leak" in json.dumps(init)  # the mask check ran on the decoder-only model
+
+
+def test_doctor_finds_the_zero_filled_causal_mask_of_an_lm(tmp_path):
+    """The issue's mask pitfall: a decoder-only model whose causal mask is filled with 0 instead of -inf is a
+    critical causal leak entering at the first layer; the correct model's earlier outputs do not move at all."""
+    healthy = doctor_variant("classic", "lm", "tiny")
+    (mask,) = [check for check in healthy.checks if check.name == "mask"]
+    assert mask.status == "ok" and set(mask.measured["causal_leak"].values()) == {0.0}
+    broken = doctor_variant("classic", "lm", "tiny", mistake="zero-mask")
+    (finding, *_) = broken.at_least("critical")
+    assert finding.check == "mask" and "causal leak" in finding.problem and finding.statistic > 100 * finding.threshold
+    assert finding.where == "decoder.layers.0"
 
 
 def test_hf_export_restores_and_continues_the_same_text(compared, tmp_path, capsys):

@@ -76,8 +76,9 @@ def _score_scale(check: CheckResult):
 def _mask(check: CheckResult):
     m = check.measured
     fig, (left, right) = _figure(2)
-    labels = [f"causal t={t}" for t in m["causal_leak"]] + ["padding"]
-    values = [max(v, 1e-12) for v in [*m["causal_leak"].values(), m["padding_leak"]]]
+    padding = {"padding": m["padding_leak"]} if "padding_leak" in m else {}  # none in a batch without pads
+    labels = [f"causal t={t}" for t in m["causal_leak"]] + list(padding)
+    values = [max(v, 1e-12) for v in [*m["causal_leak"].values(), *padding.values()]]
     left.bar(labels, values, color=["C3" if v > 1e-4 else "C0" for v in values])
     left.axhline(1e-4, color="grey", ls=":", label="threshold")
     left.set(yscale="log", ylabel="relative output drift", title="perturbation probes")

@@ -34,8 +34,9 @@ def summary(check: CheckResult) -> str:
             text += "; loss at score scale τ: " + ", ".join(f"{t}: {v:.3f}" for t, v in losses.items())
         return text
     if check.name == "mask":
-        return (f"causal leak {max(m['causal_leak'].values()):.1e}, padding leak {m['padding_leak']:.1e} "
-                "(relative drift)")
+        padding = (f"padding leak {m['padding_leak']:.1e}" if "padding_leak" in m else
+                   "no padding leak to measure (every position a real token)")
+        return f"causal leak {max(m['causal_leak'].values()):.1e}, {padding} (relative drift)"
     if check.name == "position":
         text = f"encoder permutation gap {m['encoder_permutation_gap']:.3g}"
         if "decoder_position_gap" in m:
