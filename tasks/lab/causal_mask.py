@@ -93,14 +93,15 @@ def run(settings: LabSettings) -> LessonResult:
               "generated NLL, T=1 (honest judge)": a["sampled"]["nll"],
               "generated NLL, greedy (honest judge)": a["greedy"]["nll"],
               "repeated char 8-grams, greedy": a["greedy"]["repeated_char_8grams"],
-              "distinct-2, T=1": a["sampled"]["distinct_2"]} for name, a in arms.items()]
+              "repeated char 8-grams, T=1": a["sampled"]["repeated_char_8grams"]} for name, a in arms.items()]
     samples = "\n".join(f"- **{name}, {how}**: `{' '.join(a['samples'][how].split())}`"
                         for name, a in arms.items() for how in ("greedy", "T=1.0"))
     body = (f"## Same seed, data order and budget ({steps} steps, context {CONTEXT})\n\n{markdown_table(table)}\n\n"
             "*As trained*: the model's own kernel, so the leak sees the future. *Past only*: the same weights with "
             "the −∞ kernel, which is what one-token-at-a-time generation computes. *Generated NLL*: the "
-            "continuations' characters scored by the correctly masked model. Repeated character 8-grams and word "
-            f"distinct-2 as in the lesson `sampling`.\n\n## Continuations of \"{r['samples']['prompt']}\" "
+            "continuations' characters scored by the correctly masked model. Repeated character 8-grams as in the "
+            "lesson `sampling`: the share of a sample's 8-grams it already produced (loops).\n\n"
+            f"## Continuations of \"{r['samples']['prompt']}\" "
             f"({CONTEXT - PROMPT} characters)\n\n{samples}\n")
     return LessonResult(verdict, holds, findings, body, [_plot(arms, settings)])
 

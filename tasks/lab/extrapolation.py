@@ -84,8 +84,8 @@ def run(settings: LabSettings) -> LessonResult:
         f"seed{'s' * (len(seeds) > 1)}): {by}; {', '.join(undefined) or 'no scheme'} not defined past L "
         "(a learned table has no row there).",
         f"{', '.join(broken) or 'No scheme'} break{'s' * (len(broken) < 2)} past the training length (ratio > "
-        f"{BREAKS:g}), {', '.join(kept) or 'none'} hold{'s' * (len(kept) < 2)}: train at the length you will read, "
-        "or pick a relative scheme (ALiBi, T5's bias) when inputs grow past it.",
+        f"{BREAKS:g}), {', '.join(kept) or 'none'} hold{'s' * (len(kept) < 2)}: train at the length you will read"
+        + (f", or use a scheme that held here ({', '.join(kept)}) when inputs grow past it." if kept else "."),
     )
     ratio_rows = [{"scheme": s, **{f"seed {seed}": r for seed, r in zip(seeds, ratios[s], strict=True)},
                    "mean": mean[s], "reading": "not defined past L" if mean[s] is None
@@ -94,6 +94,10 @@ def run(settings: LabSettings) -> LessonResult:
             f"Sliding window of stride {STRIDE} on the first {eval_tokens:,} characters of the validation play; "
             "mean over seeds with a 95 % Student-t interval (none with one seed).\n\n"
             f"{schemes_markdown(shown)}\n\n## ppl(8L) / ppl(L)\n\n{markdown_table(ratio_rows)}\n\n"
+            "Sinusoidal and RoPE give positions past L angles no training step produced; T5's bias is learned per "
+            "distance bucket, so the buckets of distances training never reached keep their initial values; ALiBi's "
+            "penalty is a fixed line in the distance; with no positions the causal mask alone carries order, and "
+            "a longer window changes only how many tokens share the attention.\n\n"
             f"`curves.png` shows seed {seeds[0]}.\n")
     plot_curves({s: runs[0] for s, runs in measured.items()}, CONTEXT, settings.out / "curves.png")
     return LessonResult(verdict, holds, findings, body, ["curves.png"])
