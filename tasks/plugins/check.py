@@ -29,8 +29,10 @@ fails, the reason (and the presets left unchecked, their sizes, and the command 
   decides either way fails nothing). Every decoder probe runs at several lengths
   (:func:`zoo.analysis.probes.probe_lengths`: short, just past every block the model works in — a kernel's chunk, the KV
   cache's first buffer, a block of expert rows — and the longest the model accepts), the causal ones perturbed
-  after points spread over the sequence and either side of each block boundary. Other models get
-  ``batch (eval)``: an input alone and in a batch;
+  after points spread over the sequence and either side of each block boundary. Decoder-only language models
+  (:func:`tasks.plugins.check_decoding.is_decoder_only`) get the same rows but ``padding`` (every position is a real
+  token), the ``kv cache`` row feeding their own cache as generation does (:func:`~tasks.plugins.check_decoding.
+  stepwise_drift`). Other models get ``batch (eval)``: an input alone and in a batch;
 * ``save/load`` — the weights written as ``zoo export`` writes them (safetensors) and as ``zoo train``
   checkpoints them (a ``weights_only`` state dict) and loaded into a model built from another seed give
   bit-identical outputs;
@@ -62,11 +64,12 @@ from core.parts import PARTS, parameters_by_part
 from core.sidechannels import AuxiliaryLosses, active_parameters
 from plumbing.errors import unknown_name
 from tasks.engine.registry import task_shape
-from tasks.plugins.check_decoding import lockstep_drift
+from tasks.plugins.check_decoding import is_decoder_only, lockstep_drift, stepwise_drift
 from tasks.plugins.check_structure import anatomy, anatomy_of, build, describe, differs, types_text
 from zoo.analysis import probes
 from zoo.analysis.counterpart import counterpart
 from zoo.analysis.delta import flops_by_part, module_flops
+from zoo.analysis.doctor.leaks import prefix_leak
 from zoo.registry import Change, Variant, get_variant, tasks_of
 
 # Parts a change can make without a module of its own (a loss, a generation procedure): their changes move the
@@ -265,6 +268,8 @@ class _Preset:
 
     def decoder(self) -> list[Row]:
         model = self.model
+        if is_decoder_only(model):
+            return self.decoder_only()
         if not probes.is_autoregressive(model):
             with torch.no_grad():
                 batch = self.outputs(model, inputs=_slice(self.inputs, 1))
@@ -313,6 +318,44 @@ class _Preset:
                              f"greedy / {beam.max_abs:.2g} beam",
                              f"cached decoding differs from recomputation (logits by {cache.max_abs:.3g} at {where}, "
                              f"by {greedy.max_abs:.3g} greedy and {beam.max_abs:.3g} beam in {steps} decoding steps; "
+                             f"tolerance {RTOL:g} of the largest logit)"))
+        return rows
+
+    def decoder_only(self) -> list[Row]:
+        """The decoder probes on a decoder-only language model (:func:`tasks.plugins.check_decoding.is_decoder_only`):
+        ``causal`` — later ids, changed, leave earlier logits bit-identical; ``batch (eval)`` — a sequence is
+        bit-identical beside others of its shape and equal to rounding alone; ``kv cache`` — logits fed through the
+        model's cache as generation feeds it equal one full call's to rounding. At the lengths and points the
+        encoder-decoder probes use; every position is a real token, so there is no padding row."""
+        model = self.model
+        lengths, blocks = probes.probe_lengths(model), probes.block_sizes(model)
+        gen = torch.Generator().manual_seed(0)
+        batches = {n: torch.randint(0, model.config.vocab_size, (3, n), generator=gen) for n in lengths}
+        at = f"lengths {', '.join(map(str, lengths))}"
+        rows = []
+        for training in (True, False):
+            model.train(training)
+            leak, where = max(((prefix_leak(model, ids, t).max_abs, f"length {n}, after {t}")
+                               for n, ids in batches.items() for t in probes.perturbation_points(n, blocks)),
+                              key=lambda x: x[0])
+            rows.append(self.row(f"causal ({'train' if training else 'eval'})", leak == 0.0,
+                                 f"{at}: max drift {leak:.3g}", f"earlier outputs move when later ids change: by "
+                                 f"{leak:.3g} at {where}"))
+        model.eval()
+        with torch.no_grad():
+            together = {n: model(ids) for n, ids in batches.items()}
+            others = {n: model(torch.cat((ids[:1], ids[1:].flip(0)))) for n, ids in batches.items()}
+            same = max((others[n][0] - together[n][0]).abs().max().item() for n in batches)
+            alone = max((probes.Drift((model(ids[:1])[0] - together[n][0]).abs().max().item(),
+                                      together[n][0].abs().max().item()) for n, ids in batches.items()),
+                        key=lambda d: d.relative)
+        rows.append(self.row("batch (eval)", same == 0.0 and _close(alone), f"{at}: same shape {same:.2g}, alone "
+                             f"{alone.max_abs:.2g}", f"a sequence depends on its batch (same shape: {same:.3g}, "
+                             f"alone: {alone.max_abs:.3g})"))
+        cache, where = max(((stepwise_drift(model, ids), f"length {n}") for n, ids in batches.items()),
+                           key=lambda x: x[0].relative)
+        rows.append(self.row("kv cache", _close(cache), f"{at}: logits {cache.max_abs:.2g}",
+                             f"cached decoding differs from recomputation (logits by {cache.max_abs:.3g} at {where}; "
                              f"tolerance {RTOL:g} of the largest logit)"))
         return rows
 

@@ -93,3 +93,24 @@ def lockstep_drift(model: nn.Module, src: Tensor, beam_size: int | None = None, 
     else:
         beam_search(lockstep, src, beam_size=beam_size, max_len=max_len, use_cache=False)
     return lockstep.drift
+
+
+def is_decoder_only(model: nn.Module) -> bool:
+    """Whether ``model`` is a decoder-only language model as :func:`core.generation.generate` drives it:
+    ``forward(ids, cache)``, ``new_cache()``, ``check_length()`` and ``config.vocab_size``, and no encoder."""
+    return (all(hasattr(model, name) for name in ("new_cache", "check_length", "config"))
+            and hasattr(model.config, "vocab_size") and not hasattr(model, "encode"))
+
+
+@torch.no_grad()
+def stepwise_drift(model: nn.Module, ids: Tensor) -> Drift:
+    """How far a decoder-only model's logits, fed with its own cache as generation feeds it, fall from those of one
+    full call on ``ids`` ``(B, N)``: once one position per call from the start, once the first half at once (a
+    prompt) and then one position per call; ``magnitude`` the largest full-call logit."""
+    full = model(ids).float()  # (B, N, V)
+    worst = 0.0
+    for prompt in (1, max(ids.shape[1] // 2, 1)):
+        cache = model.new_cache()
+        parts = [model(ids[:, :prompt], cache)] + [model(ids[:, i : i + 1], cache) for i in range(prompt, ids.shape[1])]
+        worst = max(worst, (torch.cat(parts, dim=1).float() - full).abs().max().item())
+    return Drift(worst, full.abs().max().item())

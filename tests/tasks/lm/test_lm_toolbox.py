@@ -6,6 +6,7 @@ a sweep with the local launcher, and the site's lm pages."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,31 @@ def test_diff_and_check_measure_lm_variants_at_the_tasks_shape(capsys):
     assert main(["check", "t5-bias", "--task", "lm", "--preset", "tiny", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "t5-bias on lm:" in out and "PASS" in out and "revert position" in out
+    for row in ("causal (train)", "causal (eval)", "batch (eval)", "kv cache"):  # probed as a decoder, not n/a
+        assert re.search(rf"tiny\s+{re.escape(row)}\s+PASS", out), row
+    assert "no autoregressive decoder" not in out
+
+
+def test_zoo_checks_decoder_probes_fail_a_leaking_mask_and_a_cache_that_loses_positions():
+    """The probes on a decoder-only model catch what they exist for: a kernel that ignores is_causal (both causal
+    rows) and a position scheme that drops the cache's offset (the cached logits then differ)."""
+    from tasks.doctor.mistakes import ignore_mask
+    from tasks.plugins.check import _Preset
+
+    subject = _Preset(get_variant("classic", "lm"), "lm", "tiny")
+    rows = {row.check: row for row in subject.decoder()}
+    assert all(rows[name].ok for name in ("causal (train)", "causal (eval)", "batch (eval)", "kv cache"))
+    subject.model = ignore_mask(subject.model)
+    rows = {row.check: row for row in subject.decoder()}
+    assert rows["causal (train)"].ok is False and rows["causal (eval)"].ok is False
+    assert "earlier outputs move when later ids change" in rows["causal (eval)"].reason
+
+    subject = _Preset(get_variant("classic", "lm"), "lm", "tiny")
+    embed = subject.model.position.embed
+    subject.model.position.embed = lambda x, offset=0: embed(x, 0)  # every cached step at position 0
+    rows = {row.check: row for row in subject.decoder()}
+    assert rows["causal (eval)"].ok and rows["kv cache"].ok is False
+    assert "cached decoding differs from recomputation" in rows["kv cache"].reason
 
 
 def test_doctor_examines_an_lm_run_and_an_lm_variant_at_initialisation(compared, tmp_path):

@@ -17,6 +17,7 @@ import pytest
 import zoo
 from tasks.cli.main import main
 from tasks.plugins.check import check_variant, render
+from tasks.plugins.check_decoding import is_decoder_only
 from tasks.plugins.loader import load_user_dir
 from tests.plugin_helpers import UNDECLARED, ffn_extra, isolated_registry, variant_source, write_plugin
 from zoo.analysis import probes
@@ -34,8 +35,11 @@ def test_every_builtin_variant_is_a_fair_patch(name, task):
     measurable = not variant.changes or any(c.revertible for c in variant.changes)
     expected = {"build", "forward", "backward", "batch (eval)", "save/load", "seed", "accounting",
                 *(["changes"] if measurable else []), *(f"revert {c.name}" for c in variant.changes if c.revertible)}
-    if probes.is_autoregressive(variant.build(variant.config(preset))):
+    model = variant.build(variant.config(preset))
+    if probes.is_autoregressive(model):
         expected |= {"causal (train)", "causal (eval)", "padding", "kv cache"}
+    elif is_decoder_only(model):  # a language model: every position real, no padding row
+        expected |= {"causal (train)", "causal (eval)", "kv cache"}
     assert {r.check for r in report.rows if r.ok is not None} == expected
     if not measurable:  # MONAI's networks: their counterpart is the variant itself, so nothing was measured
         assert report.row("changes").measured.startswith("not measurable: no change can be reverted (")
