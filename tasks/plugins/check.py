@@ -31,8 +31,9 @@ fails, the reason (and the presets left unchecked, their sizes, and the command 
   cache's first buffer, a block of expert rows — and the longest the model accepts), the causal ones perturbed
   after points spread over the sequence and either side of each block boundary. Decoder-only language models
   (:func:`tasks.plugins.check_decoding.is_decoder_only`) get the same rows but ``padding`` (every position is a real
-  token), the ``kv cache`` row feeding their own cache as generation does (:func:`~tasks.plugins.check_decoding.
-  stepwise_drift`). Other models get ``batch (eval)``: an input alone and in a batch;
+  token), the ``kv cache`` row feeding their own cache as generation does
+  (:func:`~tasks.plugins.check_decoding.stepwise_drift`). Other models get ``batch (eval)``: an input alone and in
+  a batch;
 * ``save/load`` — the weights written as ``zoo export`` writes them (safetensors) and as ``zoo train``
   checkpoints them (a ``weights_only`` state dict) and loaded into a model built from another seed give
   bit-identical outputs;
