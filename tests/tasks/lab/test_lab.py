@@ -70,6 +70,26 @@ def test_toolkit_training_lowers_the_loss_and_decodes():
     assert 0.0 <= scores["bleu"] <= 100.0
 
 
+def test_train_lm_runs_the_tasks_schedule_across_epochs():
+    from core.language_model import build_language_model
+    from tasks.lab.sampling import lm_task
+    from tasks.lab.toolkit import train_lm
+
+    task = lm_task(64, 0, batch_size=8)
+    task.ids["train"] = task.ids["train"][:2_000]  # 30 or 31 windows: 4 batches an epoch, 6 steps start a second
+    assert len(task.train_batches(0)) == 4
+    torch.manual_seed(0)
+    model = build_language_model("tiny", vocab_size=task.tokenizer.vocab_size, max_len=64, dropout=0.0)
+    epochs, batches = [], task.train_batches
+    task.train_batches = lambda epoch: epochs.append(epoch) or batches(epoch)
+    before = model.head.weight.detach().clone()
+    log = train_lm(model, task, 6, progress=False)
+    assert epochs == [0, 1]  # the second epoch's batches (another offset, another order) after the first's four
+    assert len(log.loss) == len(log.lr) == 6 and not log.diverged and not model.training
+    assert log.lr[:3] == pytest.approx([3e-3 * s / 30 for s in (1, 2, 3)])  # the task's warm-up (30 steps)
+    assert not torch.equal(model.head.weight, before)
+
+
 def test_attention_statistics_on_known_rows():
     uniform = torch.full((1, 1, 2, 4), 0.25)
     onehot = torch.zeros(1, 1, 2, 4)
