@@ -33,6 +33,7 @@ from tasks.lab.sampling import lm_task
 from tasks.lab.toolkit import train_lm
 from tasks.lm.curves import plot_curves, schemes_markdown
 from tasks.lm.extrapolation import MULTIPLES, compare_schemes, headline, perplexity_at_lengths
+from tasks.lm.task import LMTask
 
 CONTEXT = 32  # the training length L (tokens = characters)
 STRIDE = CONTEXT  # the sliding window's stride: each token is scored with at least L_eval − L tokens before it
@@ -47,10 +48,10 @@ def ratio(rows: list[dict[str, Any]], multiple: int = MULTIPLES[-1]) -> float | 
     return None if high is None else high["perplexity"] / at[CONTEXT]["perplexity"]
 
 
-def train_and_measure(scheme: str, seed: int, steps: int, eval_tokens: int, settings: LabSettings) -> list[dict]:
-    """One run: the tiny model with ``scheme`` trained at ``CONTEXT`` from ``seed``, its perplexity at 1×–8× L on
-    the first ``eval_tokens`` characters of the validation play."""
-    task = lm_task(CONTEXT, seed)
+def train_and_measure(scheme: str, task: LMTask, steps: int, eval_tokens: int, settings: LabSettings) -> list[dict]:
+    """One run: the tiny model with ``scheme`` trained on ``task`` (at ``CONTEXT``, from the task's seed), its
+    perplexity at 1×–8× L on the first ``eval_tokens`` characters of the validation play."""
+    seed = task.config.seed
     torch.manual_seed(seed)
     model = build_language_model("tiny", vocab_size=task.tokenizer.vocab_size, max_len=CONTEXT, position=scheme,
                                  dropout=0.0)
@@ -64,7 +65,8 @@ def run(settings: LabSettings) -> LessonResult:
     steps = settings.steps(1000, 300)
     seeds = [settings.seed + i for i in range(1 if settings.quick else 3)]
     eval_tokens = 4096 if settings.quick else 16_384
-    measured = {s: [train_and_measure(s, seed, steps, eval_tokens, settings) for seed in seeds]
+    tasks = [lm_task(CONTEXT, seed) for seed in seeds]  # one per seed: its batches, shared by the schemes
+    measured = {s: [train_and_measure(s, task, steps, eval_tokens, settings) for task in tasks]
                 for s in POSITIONAL_SCHEMES}
     table = compare_schemes(measured, CONTEXT, MULTIPLES, STRIDE)
     shown = [{**entry, "note": "not defined past L" if entry["mean"] is None else ""} for entry in table]
