@@ -140,10 +140,11 @@ def _plot(rows: dict[str, dict], path) -> str:
 
 
 def _holds(rows: dict[str, dict]) -> bool:
-    """Lower T: more looping and higher likelihood; higher T: more diversity and lower likelihood."""
+    """Lower T: higher likelihood, and greedy loops more than T = 1.3; higher T: more diversity, lower likelihood.
+    (Sampled text rarely repeats an 8-gram at all, so the sampled temperatures are not ranked by looping.)"""
     g, (low, mid, high) = rows["greedy"], (rows[f"T={t}"] for t in TEMPERATURES)
     return (g["nll"] < low["nll"] < mid["nll"] < high["nll"] and low["distinct_1"] < high["distinct_1"]
-            and g["repeated_char_8grams"] >= low["repeated_char_8grams"] >= high["repeated_char_8grams"])
+            and g["repeated_char_8grams"] > high["repeated_char_8grams"])
 
 
 def run(settings: LabSettings) -> LessonResult:
