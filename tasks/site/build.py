@@ -28,7 +28,8 @@ def build_site(out: str | Path, runs: list[str | Path] = (), lessons: str | Path
         out: the site's folder (created; pages already there are overwritten).
         runs: finished comparison folders (``zoo compare --out``).
         lessons: where lessons' results are read (``zoo lab``'s ``runs/lab/NAME``); nothing is written there.
-        variants: the variants that get a page (default: all); the index lists every registered variant.
+        variants: the variants that get pages (default: all): one per registration, a name registered for
+            several tasks one per task (:func:`page_folders`); the index lists every registered variant.
         run_lessons: run each lesson found neither in ``lessons`` nor in ``lesson_runs`` (``--quick``, minutes
             each) into ``lesson_runs``; without it such a lesson is listed on the index with the command that
             runs it.
@@ -57,10 +58,10 @@ def build_site(out: str | Path, runs: list[str | Path] = (), lessons: str | Path
     out.mkdir(parents=True, exist_ok=True)
     (out / STYLE).write_text(stylesheet())
     pages = {}
+    folders = page_folders(rows)
     chosen = [r for r in rows if variants is None or r["name"] in variants]
     for row in progress_bar(chosen, desc="variant pages", unit="variant", disable=not progress, leave=False):
-        if row["name"] not in pages:  # a name registered for several tasks: one page, its first task
-            pages[row["name"]] = variant_page(row, out / "variants" / row["name"], check)
+        pages[folders[_key(row)]] = variant_page(row, out / "variants" / folders[_key(row)], check)
     lesson_runs = out / "lab" if lesson_runs is None else Path(lesson_runs)
     lesson_list = lesson_entries(Path(lessons), lesson_runs, out / "lessons", run_lessons, progress)
     comparisons = comparison_entries(runs, out / "comparisons")
@@ -73,14 +74,27 @@ def build_site(out: str | Path, runs: list[str | Path] = (), lessons: str | Path
     return summary
 
 
+def _key(row: dict) -> tuple[str, tuple[str, ...]]:
+    return row["name"], tuple(row["tasks"])
+
+
+def page_folders(rows: list[dict]) -> dict[tuple[str, tuple[str, ...]], str]:
+    """The folder under ``variants/`` of each registration's page: its name for a name's first registration,
+    ``NAME-TASK`` for the registrations of the same name on other tasks (the language model's ``classic``,
+    ``rope``...: the same patch on another model, with its own delta and conformance)."""
+    folders: dict[tuple[str, tuple[str, ...]], str] = {}
+    for row in rows:
+        first = all(name != row["name"] for name, _ in folders)
+        folders[_key(row)] = row["name"] if first else f"{row['name']}-{'-'.join(row['tasks'])}"
+    return folders
+
+
 def _index(rows: list[dict], pages: dict, lessons: list[dict], comparisons: list[dict]) -> str:
-    seen, variant_rows_html = set(), []
+    folders, variant_rows_html = page_folders(rows), []
     for r in rows:
-        name = escape(r["name"])
-        link = f"<a href='variants/{name}/index.html'>{name}</a>" if r["name"] in pages and r["name"] not in seen \
-            else name
-        seen.add(r["name"])
-        verdict = (pages.get(r["name"]) or {}).get("check")
+        name, folder = escape(r["name"]), folders[_key(r)]
+        link = f"<a href='variants/{escape(folder)}/index.html'>{name}</a>" if folder in pages else name
+        verdict = (pages.get(folder) or {}).get("check")
         variant_rows_html.append([
             link, f"<a href='{escape(r['paper']['url'])}'>{escape(r['paper']['title'])}</a> ({r['paper']['year']})",
             escape(", ".join(r["parts_changed"]) or "(the base)"),

@@ -195,13 +195,20 @@ def test_a_sweep_file_runs_lm_with_the_local_launcher_and_reuses_its_runs(tmp_pa
 
 
 def test_site_shows_the_lm_variants_and_an_lm_comparison(compared, tmp_path):
+    """An lm-only variant gets its page; a name registered for translation and lm (rope) gets one page per
+    registration, the lm one measured at the lm task's shape; the index links each."""
     site = tmp_path / "site"
-    assert main(["site", "--out", str(site), "--runs", str(compared), "--variants", "nope", "--no-check",
+    assert main(["site", "--out", str(site), "--runs", str(compared), "--variants", "nope,rope", "--no-check",
                  "--quiet"]) == 0
     index = (site / "index.html").read_text()
-    assert "t5-bias" in index and "nope" in index and ">lm<" in index
+    assert "t5-bias" in index and ">lm<" in index
+    for folder in ("nope", "rope", "rope-lm"):
+        assert f"<a href='variants/{folder}/index.html'>" in index, folder
     page = (site / "variants" / "nope" / "index.html").read_text()
     assert "one window of 64 tokens" in page and "NoPosition" in page
+    rope = (site / "variants" / "rope-lm" / "index.html").read_text()
+    assert "tasks: lm" in rope and "one window of 64 tokens" in rope and "RotaryPosition" in rope
+    assert "tasks: translation" in (site / "variants" / "rope" / "index.html").read_text()
     (comparison,) = (site / "comparisons").iterdir()
     assert "zoo compare lm" in (comparison / "index.html").read_text()
 

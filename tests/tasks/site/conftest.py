@@ -1,5 +1,5 @@
-"""One small site for the site's tests: two variant pages (ViT with its conformance suite, the classic model), a
-lesson run at a tenth of its budget, and a comparison of two one-epoch image runs."""
+"""One small site for the site's tests: three variant pages (ViT with its conformance suite, the classic model on
+translation and on lm), a lesson run at a tenth of its budget, and a comparison of two one-epoch image runs."""
 
 from __future__ import annotations
 

@@ -25,10 +25,11 @@ def pages(site: Path) -> list[Path]:
 
 def test_the_site_holds_a_page_per_variant_lesson_and_comparison(site):
     not_run = [name for name in LESSONS if name != "params"]
-    assert site.summary == {"variants": 2, "lessons": 1, "comparisons": 1, "out": str(site.out), "not_run": not_run}
+    assert site.summary == {"variants": 3, "lessons": 1, "comparisons": 1, "out": str(site.out), "not_run": not_run}
     names = sorted(p.relative_to(site.out).as_posix() for p in pages(site.out))
     assert names == ["comparisons/comparison/index.html", "index.html", "lessons/params/index.html",
-                     "variants/classic/index.html", "variants/vit/index.html"]
+                     "variants/classic-lm/index.html", "variants/classic/index.html",  # classic: translation, lm
+                     "variants/vit/index.html"]
     index = (site.out / "index.html").read_text()
     for name in zoo.list_variants():  # every registered variant is listed, with or without a page
         assert f">{name}<" in index, name
@@ -93,7 +94,7 @@ def test_bad_inputs_are_refused(site, tmp_path):
 def test_the_command(site, tmp_path, capsys):
     assert main(["site", "--out", str(tmp_path / "s"), "--lessons", str(site.root / "lab"),
                  "--variants", "classic", "--no-check", "--quiet"]) == 0
-    assert "wrote 1 variant pages, 1 lessons and 0 comparisons" in capsys.readouterr().out
+    assert "wrote 2 variant pages, 1 lessons and 0 comparisons" in capsys.readouterr().out  # translation, lm
     assert (tmp_path / "s" / "index.html").is_file()
 
 
