@@ -16,6 +16,11 @@ What is measured (float32, CPU, one process; the model is the lm task's default,
    weights. Target: ours at least 0.95 × the peer's tokens/s (ms per step ours/peer <= 1/0.95). MFU: the step's
    training FLOPs (3 × forward, ``zoo diff``'s counter, as the trainer counts them) per median second over this
    machine's measured float32 matmul peak (:mod:`tasks.engine.mfu`); both loops do the same FLOPs.
+   Where the trainer's extra time goes (cProfile and separate timings, 1 thread; ~1.5–2.5 ms a step, whatever
+   the model's size, so ~3 % of a ``small`` step and ~20 % of a ``tiny`` one): the generic engine, not the lm
+   task — :func:`core.sidechannels.auxiliary_loss` scanning every module against runtime-checkable protocols
+   (~0.5 ms), rescaling every gradient by 1 / items (~0.2 ms), and the loop's per-step bookkeeping (RNG state
+   for Ctrl-C, FLOP counter, progress, stop signals: ~0.5 ms); ``LMTask.loss``'s windows cost ~0.1 ms.
 2. **Generation with the KV cache against full recomputation**: :func:`core.generation.generate`, greedy, B 1,
    a 16-token prompt, 512 new tokens, ``use_cache=True`` vs ``False``, the ``small`` preset with sinusoidal
    positions (the classic base) and with RoPE (schemes with no table, so 528 positions are legal; eval mode,
@@ -66,6 +71,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +92,9 @@ from torch import Tensor, nn
 from core.attention import ReferenceAttention, ScaledDotProductAttention
 from core.multihead import MultiHeadAttention
 
+if TYPE_CHECKING:  # imported where used: the memory workers need none of the task's modules
+    from tasks.engine.trainer import Trainer
+
 Step = Callable[[], None]
 SPEED_TARGET = 1 / 0.95  # section 1: ms per step ours/peer, i.e. tokens/s ours >= 0.95 x peer's
 CACHE_TARGET = 1 / 3  # section 2: cached / full, i.e. >= 3x faster
@@ -98,7 +107,7 @@ MMAP_THRESHOLD = 64 * 1024  # bytes: glibc maps every allocation this large on i
 # ------------------------------------------------------------------- 1. the trainer's loop vs a plain loop
 
 
-def lm_trainer(preset: str, threads: int | None, out: Path):
+def lm_trainer(preset: str, threads: int | None, out: Path) -> Trainer:
     """A :class:`~tasks.engine.trainer.Trainer` of ``zoo train lm`` (variant classic), set up as ``fit`` sets
     it up, without training: data, model, optimizer, schedule, precision, FLOP counter, session."""
     from tasks.engine.budget import TrainingFlopCounter
@@ -121,7 +130,7 @@ def lm_trainer(preset: str, threads: int | None, out: Path):
     return trainer
 
 
-def trainer_block(trainer, steps: int) -> Step:
+def trainer_block(trainer: Trainer, steps: int) -> Step:
     """``steps`` optimizer steps of the trainer's own epoch loop per call, on the task's next shuffled batches."""
     from tasks.engine.trainer import deterministic_algorithms
 
@@ -138,7 +147,7 @@ def trainer_block(trainer, steps: int) -> Step:
     return block
 
 
-def plain_block(trainer, steps: int, seed: int = 1) -> tuple[nn.Module, Step]:
+def plain_block(trainer: Trainer, steps: int, seed: int = 1) -> tuple[nn.Module, Step]:
     """nanoGPT's training loop on a copy of the trainer's model (same weights), its data and its optimizer
     settings; returns the copy and ``steps`` steps per call."""
     from tasks.lm.task import warmup_cosine_floor
@@ -179,6 +188,7 @@ def plain_block(trainer, steps: int, seed: int = 1) -> tuple[nn.Module, Step]:
 
 def bench_training(preset: str, steps: int, threads: int | None, warmup: int, rounds: int,
                    clock: Callable[[], float], peak: float | None) -> Row:
+    """Section 1's row: ms per optimizer step of the trainer's loop and of the plain loop, tokens/s, MFU."""
     with tempfile.TemporaryDirectory() as out:
         trainer = lm_trainer(preset, threads, Path(out) / "run")
         plain, peer = plain_block(trainer, steps)
@@ -204,6 +214,7 @@ def bench_training(preset: str, steps: int, threads: int | None, warmup: int, ro
 
 def bench_generation(preset: str, position: str, new_tokens: int, warmup: int, rounds: int,
                      clock: Callable[[], float]) -> Row:
+    """Section 2's row for one position scheme: greedy generation with the cache vs recomputing every step."""
     from core.generation import generate
     from core.language_model import build_language_model
 
@@ -295,6 +306,7 @@ def measure_peak(kind: str, mode: str, batch: int, n: int, threads: int | None, 
 
 
 def bench_memory(batch: int, n: int, threads: int | None, repeats: int) -> list[Row]:
+    """Section 3's rows, forward and forward + backward: the sdpa kernel, the module, the explicit softmax."""
     rows = []
     shape = f"B{batch} H{MEM_HEADS} N{n} Dh{MEM_WIDTH // MEM_HEADS}"
     for mode in MEM_MODES:
