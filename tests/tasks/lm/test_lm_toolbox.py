@@ -1,7 +1,7 @@
 """The package's toolbox on the lm task, on tiny runs (preset tiny, a 20,000-character corpus, a FLOP budget of
-about nine steps): zoo compare and ablate (paired per scored window), diff and check, the doctor on a run and on a
-variant at initialisation, a FLOP budget, exports (hf; onnx checked by onnxruntime, and zoo predict through it),
-a sweep with the local launcher (its two runs in
+about nine steps): zoo compare and ablate (paired per scored window), diff and check (with its decoder probes), the
+doctor on a run and on a variant at initialisation (and the zero-filled mask it must find), a FLOP budget, exports
+(hf; onnx checked by onnxruntime, and zoo predict through it), a sweep with the local launcher (its two runs in
 subprocesses, reused when run again), and the site's lm pages."""
 
 from __future__ import annotations
