@@ -148,7 +148,7 @@ class ScaledDotProductAttention(AttentionKernel):
         p = self.dropout if self.training else 0.0
         if mask is None and bias is None:
             # SDPA's own causal flag is top-left aligned: only use it for square attention.
-            square = q.shape[-2] == k.shape[-2]
+            square = bool(q.shape[-2] == k.shape[-2])  # a Python flag under an exporter's tracing too
             attn_mask = None if (not is_causal or square) else causal_mask(q.shape[-2], k.shape[-2], q.device)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask, p, is_causal=is_causal and square)
             return out, None

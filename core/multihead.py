@@ -105,7 +105,8 @@ class MultiHeadAttention(nn.Module):
         n_k = k.shape[-2]
         mask = check_mask(mask, batch, self.heads, n_q, n_k)
         bias = self.position.score_bias(n_q, n_k, x.device) if self_attention and self.position else None
-        out, weights = self.kernel(q, k, v, mask, bias, is_causal and n_q > 1, self.record_weights)
+        # bool(): a Python flag even where an exporter traces sizes as tensors (SDPA takes no tensor is_causal)
+        out, weights = self.kernel(q, k, v, mask, bias, is_causal and bool(n_q > 1), self.record_weights)
         self.attention_weights = weights
         return self.out(rearrange(out, "b h n d -> b n (h d)"))  # (B, Nq, D)
 
