@@ -109,7 +109,7 @@ def parse_lengths(value: Lengths) -> tuple[int, ...]:
 DEFAULT_PRESET = "small"  # nanoGPT's shakespeare_char CPU anchor
 TOKENIZER_FILE = "tokenizer.json"
 SAVED_FIELDS = ("tokenizer", "context", "sample_tokens")  # run.json "preprocessing", besides the tokenizer file
-SAMPLE = {"prompt_tokens": 32, "temperature": 0.8, "top_k": 40}  # the report's sample: seeded, from the split
+SAMPLE = {"temperature": 0.8, "top_k": 40}  # the report's sample: seeded, from the split's first context/2 tokens
 
 
 def warmup_cosine_floor(warmup: int, total: int, floor: float = 0.1):
@@ -307,20 +307,30 @@ class LMTask(Task):
                                      n_chars=len(self.texts[split]))
 
     def sample(self, model: nn.Module, split: str) -> str:
-        """A seeded continuation of the first tokens of ``split`` (the report's sample); "" when none is asked."""
+        """A seeded continuation of the first tokens of ``split`` (the report's sample); "" when none is asked.
+
+        Generated in windows of the training length: each call of :func:`core.generation.generate` continues the
+        last ``context // 2`` tokens up to ``context`` positions, so the model never reads a position it was not
+        trained at (a sinusoidal model continued past its training length degenerates: the extrapolation
+        pitfall, which the sample should not mix in)."""
         from core.generation import generate
 
         c = self.config
-        prompt = self.ids[split][: SAMPLE["prompt_tokens"]][None].to(self.device)  # (1, P)
-        limit = getattr(model, "max_positions", None)
-        new = c.sample_tokens if limit is None else min(c.sample_tokens, limit - prompt.shape[1] + 1)
-        if new <= 0:
+        keep = max(c.context // 2, 1)
+        prompt = self.ids[split][:keep][None].to(self.device)  # (1, P)
+        if c.sample_tokens == 0:
             return ""
         gen = torch.Generator(device=self.device).manual_seed(c.seed)
-        out = generate(model, prompt, new, SAMPLE["temperature"], SAMPLE["top_k"], generator=gen)
+        tokens = prompt
+        while tokens.shape[1] - prompt.shape[1] < c.sample_tokens:
+            window = tokens[:, -keep:]  # (1, ≤ context/2)
+            step = min(c.context - window.shape[1], c.sample_tokens - (tokens.shape[1] - prompt.shape[1]))
+            out = generate(model, window, step, SAMPLE["temperature"], SAMPLE["top_k"], generator=gen)
+            tokens = torch.cat((tokens, out[:, window.shape[1] :]), dim=1)  # (1, t + step)
         decode = self.tokenizer.decode
-        prompt_text, text = decode(prompt[0].tolist()), decode(out[0, prompt.shape[1] :].tolist())
-        settings = f"temperature {SAMPLE['temperature']}, top-k {SAMPLE['top_k']}, seed {c.seed}, {new} tokens"
+        prompt_text, text = decode(prompt[0].tolist()), decode(tokens[0, prompt.shape[1] :].tolist())
+        settings = (f"temperature {SAMPLE['temperature']}, top-k {SAMPLE['top_k']}, seed {c.seed}, "
+                    f"{c.sample_tokens} tokens, each seeing the last {keep} to {c.context - 1} tokens")
         return (f"Prompt: the first {prompt.shape[1]} tokens of {split}, continued in ⟨⟩ ({settings}):\n\n"
                 f"```text\n{prompt_text}⟨{text}⟩\n```")
 

@@ -141,6 +141,8 @@ def test_predict_refuses_a_prompt_past_a_learned_table(tmp_path, corpus, capsys)
     run = tmp_path / "run"
     assert main(["train", "lm", "--data", str(corpus), "--epochs", "1", "--out", str(run), "--variant", "learned-pos",
                  "--context", "32", *TINY]) == 0
+    # the report's sample stays inside the table: windows of the training length, the last 16 to 31 tokens each
+    assert "20 tokens, each seeing the last 16 to 31 tokens" in (run / "report.md").read_text()
     capsys.readouterr()
     assert main(["predict", str(run), "--prompt", "x" * 30, "--max-new-tokens", "10", "--quiet"]) == 2
     message = capsys.readouterr().err
