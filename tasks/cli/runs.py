@@ -187,13 +187,11 @@ class _TaskOptions:
 
 
 def _task_arguments(command: str, p: argparse.ArgumentParser) -> None:
-    """Let every registered task add its own options to ``command`` (``Task.add_arguments``, where defined)."""
+    """Let every registered task add its own options to ``command`` (``Task.add_arguments``; the default adds none)."""
     options = _TaskOptions(p)
     for name in task_names():
-        hook = getattr(task_class(name), "add_arguments", None)
-        if hook is not None:
-            options.task = name
-            hook(command, options)
+        options.task = name
+        task_class(name).add_arguments(command, options)
     p.set_defaults(task_options=options.dests, option_flags=options.flags)
 
 

@@ -70,6 +70,14 @@ class Task:
                          f"`zoo evaluate {run.path}` re-scores the run on its own data")
 
     @classmethod
+    def add_arguments(cls, command: str, parser: Any) -> None:
+        """Add this task's own options to ``zoo predict`` or ``zoo evaluate`` (``command``) with
+        ``parser.add_argument`` (argparse's signature; a flag whose dest the command already has is kept once).
+        ``zoo predict`` hands an option to :meth:`predict_inputs` when its dest is in ``predict_options``;
+        ``zoo evaluate`` sets the run's config field of that dest for the call (refused for runs whose config
+        lacks it). The default adds none."""
+
+    @classmethod
     def cross_validate(cls, config: TrainConfig, launch: Any = None) -> tuple[dict[str, Any], list[str]]:
         """``zoo cv TASK`` and sweeps of kind cv: train every fold of ``config`` (one sweep, run by ``launch``, a
         :class:`tasks.sweeps.launchers.Launch`: the runs and the sweeps sit above the engine, so neither type is
