@@ -25,6 +25,6 @@ def _bits_per_char(sums: np.ndarray) -> np.ndarray:
 
 
 def paired_metrics(info: dict) -> list[PairedMetric]:
-    return [PairedMetric("loss", "test loss", "test", False, "bootstrap", _window_stats, _loss, unit="nats/token"),
+    return [PairedMetric("loss", "loss", "test", False, "bootstrap", _window_stats, _loss, unit="nats/token"),
             PairedMetric("bits_per_char", "bits/char", "test", False, "bootstrap", _window_stats, _bits_per_char,
                          role="secondary")]

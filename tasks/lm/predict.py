@@ -22,6 +22,7 @@ import torch
 from plumbing.atomic import write_text_atomic
 from plumbing.errors import check_int, check_positive
 from tasks.lm.corpus import decode_text
+from tasks.runs.onnx_runtime import OnnxDecoder
 from tasks.runs.run import Run
 
 DEFAULTS = {"max_new_tokens": 200, "temperature": 1.0}
@@ -87,9 +88,11 @@ def predict(run: Run, inputs: list[str], out: str | None, prompt: str | None = N
         sys.stdout.flush()
     else:
         write_text_atomic(out, text)
+    # an ONNX export's decoder graph has no cache to keep: each step recomputes the prefix (tasks.runs.onnx_runtime)
+    cache = "the prefix recomputed each step (ONNX graph)" if isinstance(model, OnnxDecoder) else "KV cache"
     how = "greedy decoding" if temperature == 0 else (
         f"sampling (temperature {temperature:g}" + "".join(f", {k} {v}" for k, v in (("top-k", top_k),
                                                                                       ("top-p", top_p)) if v) + ")")
     return (f"generated {max_new_tokens} tokens for {len(encoded)} prompt{'s' * (len(encoded) != 1)} with {how}, "
-            f"seed {seed}, KV cache, on {run.device} in {time.perf_counter() - tic:.1f} s -> "
+            f"seed {seed}, {cache}, on {run.device} in {time.perf_counter() - tic:.1f} s -> "
             f"{'standard output' if out is None else out}")
