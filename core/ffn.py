@@ -2,6 +2,12 @@
 
 Applied to every position separately and identically: D -> d_ff (4·D in the paper) -> D.
 
+The ``activation`` a config names picks the FFN's form (:data:`FFN_ACTIVATIONS`): an elementwise one
+(:data:`ACTIVATIONS`: ``relu``, ``gelu``) sits between the two linear layers of :class:`PositionwiseFFN`; a gated
+one (:data:`GLU_ACTIVATIONS`: ``geglu``, ``swiglu``, ``reglu``, Shazeer 2020) builds a :class:`GLUFFN`, whose
+three matrices hold 1.5× the parameters of two at the same ``d_ff``, so a comparison at equal parameters gives
+it ``round(2/3 · d_ff)`` (:func:`glu_width`).
+
 An FFN is tensor in, tensor out. One side input is declared for FFNs that treat tokens *unequally*
 (a mixture of experts routes them and gives each expert a capacity): an FFN whose class sets
 ``takes_token_mask = True`` accepts ``forward(x, token_mask=...)``, a bool ``(B, N)`` tensor, ``True`` =
@@ -17,7 +23,10 @@ from torch import Tensor, nn
 
 from plumbing.errors import check_positive, check_probability, unknown_name
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}  # elementwise, between the two linear layers
+# The gate's nonlinearity of each GLU variant (Shazeer 2020, §2): GELU (exact erf form), Swish_β=1 = SiLU, ReLU.
+GLU_ACTIVATIONS = {"geglu": nn.GELU, "swiglu": nn.SiLU, "reglu": nn.ReLU}
+FFN_ACTIVATIONS = (*ACTIVATIONS, *GLU_ACTIVATIONS)  # what a model config's ``activation`` field may name
 
 
 class PositionwiseFFN(nn.Module):
@@ -39,6 +48,12 @@ class PositionwiseFFN(nn.Module):
         check_positive("d_model", d_model)
         check_positive("d_ff", d_ff)
         check_probability("dropout", dropout)
+        if activation in GLU_ACTIVATIONS:
+            raise ValueError(
+                f"activation={activation!r} is a gated FFN with three matrices, which PositionwiseFFN (two) cannot "
+                "build; build it with core.ffn.build_ffn('dense', ...) (a GLUFFN), or choose one of "
+                f"{', '.join(ACTIVATIONS)} for an FFN made of PositionwiseFFNs (such as the experts of 'moe')"
+            )
         if activation not in ACTIVATIONS:
             raise unknown_name("activation", activation, ACTIVATIONS)
         self.fc1 = nn.Linear(d_model, d_ff)  # W₁, b₁
@@ -48,6 +63,52 @@ class PositionwiseFFN(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.dropout(self.act(self.fc1(x))))  # (..., D)
+
+
+class GLUFFN(nn.Module):
+    """The gated FFN of Shazeer (2020, "GLU Variants Improve Transformer", eq. 6):
+    FFN_GLU(x) = (act(x·W) ⊙ x·V)·W₂, with act = GELU (GeGLU), Swish (SwiGLU) or ReLU (ReGLU).
+
+    Bias-free, as the paper's GLU layers (and T5, PaLM, LLaMA after it); the dense :class:`PositionwiseFFN`
+    keeps the classic paper's biases b₁, b₂. W and V are packed into one ``Linear(D, 2·d_ff)`` (``fc1``: the
+    rows of W, then those of V), so the two projections are one matmul; ``fc2`` is W₂.
+
+    Parameters: 3·D·d_ff, against 2·D·d_ff + d_ff + D for the dense FFN; the paper keeps them equal by
+    shrinking d_ff to 2/3 (2048 -> 1365 at D = 512; :func:`glu_width`).
+
+    Args:
+        d_model: width D of the tokens.
+        d_ff: width of the gate and of the value (the hidden width).
+        activation: ``"geglu"``, ``"swiglu"`` or ``"reglu"`` (:data:`GLU_ACTIVATIONS`).
+        dropout: dropout on the gated hidden activations (where the dense FFN drops its hidden ones).
+
+    Shape: ``(..., D) -> (..., D)``.
+    """
+
+    zoo_part = "ffn"
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "swiglu", dropout: float = 0.0) -> None:
+        super().__init__()
+        check_positive("d_model", d_model)
+        check_positive("d_ff", d_ff)
+        check_probability("dropout", dropout)
+        if activation not in GLU_ACTIVATIONS:
+            raise unknown_name("GLU activation", activation, GLU_ACTIVATIONS)
+        self.fc1 = nn.Linear(d_model, 2 * d_ff, bias=False)  # [W; V]
+        self.act = GLU_ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(d_ff, d_model, bias=False)  # W₂
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, value = self.fc1(x).chunk(2, dim=-1)  # (..., d_ff) each
+        return self.fc2(self.dropout(self.act(gate) * value))  # (..., D)
+
+
+def glu_width(d_ff: int) -> int:
+    """The hidden width that gives a :class:`GLUFFN` the parameters of a dense FFN of width ``d_ff``:
+    ``round(2/3 · d_ff)`` (Shazeer 2020, §2). Equal up to the dense FFN's biases and the rounding."""
+    check_positive("d_ff", d_ff)
+    return max(1, round(2 * d_ff / 3))
 
 
 def apply_ffn(ffn: nn.Module, x: Tensor, token_mask: Tensor | None = None) -> Tensor:
@@ -89,6 +150,9 @@ def build_ffn(name: str, d_model: int, d_ff: int, activation: str = "relu", drop
 
 
 def _dense(d_model: int, d_ff: int, activation: str, dropout: float, layer: int) -> nn.Module:
+    """The ``"dense"`` FFN type: the gated :class:`GLUFFN` for a GLU activation, else the classic two layers."""
+    if activation in GLU_ACTIVATIONS:
+        return GLUFFN(d_model, d_ff, activation, dropout)
     return PositionwiseFFN(d_model, d_ff, activation, dropout)
 
 

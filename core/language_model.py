@@ -20,9 +20,9 @@ from torch import Tensor, nn
 from core.attention import KERNELS, build_kernel
 from core.decoding import KVCache
 from core.embedding import TokenEmbedding, check_token_ids
-from core.ffn import ACTIVATIONS, FFN_TYPES, build_ffn
+from core.ffn import FFN_ACTIVATIONS, FFN_TYPES, build_ffn
 from core.init import INIT_SCHEMES, init_weights
-from core.layers import Decoder, DecoderLayer, layer_norm
+from core.layers import NORMS, Decoder, DecoderLayer, norm_factory
 from core.multihead import MultiHeadAttention
 from core.position import POSITIONAL_SCHEMES, LearnedPosition, build_position
 from plumbing.errors import check_bool, check_choices, check_number, check_positive, check_probability, unknown_name
@@ -39,8 +39,9 @@ class LanguageModelConfig:
     d_ff: int = 2048  # 4·d_model
     dropout: float = 0.1  # on each sublayer output and on embeddings + positions (P_drop)
     attention_dropout: float = 0.0  # on the attention weights
-    activation: str = "relu"
+    activation: str = "relu"  # or "gelu"; "geglu", "swiglu", "reglu" build a gated FFN (core.ffn.GLUFFN)
     norm_first: bool = False  # False = Post-LN (the paper's); True = Pre-LN with a final norm (GPT-2)
+    norm: str = "layernorm"  # or "rmsnorm" (core.layers.NORMS; LLaMA's), with eps layer_norm_eps
     position: str = "sinusoidal"
     max_len: int = 512  # only bounds the learned position table; the other schemes take any length
     scale_embeddings: bool = True  # multiply embeddings by √d_model (§3.4); GPT-2 does not
@@ -66,7 +67,8 @@ class LanguageModelConfig:
                 f"d_model={self.d_model} is not divisible by heads={self.heads}; choose heads that divide d_model"
             )
         check_choices("LanguageModelConfig", (
-            ("activation", self.activation, ACTIVATIONS),
+            ("activation", self.activation, FFN_ACTIVATIONS),
+            ("norm", self.norm, NORMS),
             ("positional scheme", self.position, POSITIONAL_SCHEMES),
             ("attention kernel", self.kernel, KERNELS),
             ("ffn type", self.ffn, FFN_TYPES),
@@ -126,8 +128,7 @@ class LanguageModel(nn.Module):
         self.position = build_position(c.position, c.d_model, c.heads, c.max_len, causal=True)
         self.embed_dropout = nn.Dropout(c.dropout)
 
-        def norm(d_model: int) -> nn.Module:
-            return layer_norm(d_model, c.layer_norm_eps)
+        norm = norm_factory(c.norm, c.layer_norm_eps)
 
         def layer(i: int) -> DecoderLayer:
             kernel = build_kernel(c.kernel, c.attention_dropout, **c.kernel_options)

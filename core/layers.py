@@ -8,6 +8,10 @@ the one switch (``norm_first``), exactly as in ``nn.Transformer``:
 * Pre-LN (Xiong et al. 2020; GPT-2, ViT): ``x = x + Dropout(Sublayer(LayerNorm(x)))``, and the stack
   ends with one more LayerNorm.
 
+Which norm is the other switch, a factory the layers receive (:func:`norm_factory`, from a config's ``norm``
+field): LayerNorm (Ba et al. 2016, the paper's) or RMSNorm (Zhang & Sennrich 2019), which drops the mean and
+the bias and rescales by the root mean square alone: ``x / sqrt(mean(x²) + eps) · g`` (:data:`NORMS`).
+
 The FFN may be told which tokens are padding (``token_mask``, ``True`` = real token, see
 :func:`core.ffn.apply_ffn`); attention learns it from its mask.
 
@@ -16,22 +20,46 @@ Shape legend: B batch, N source tokens, T target tokens, D model width.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from torch import Tensor, nn
 
 from core.decoding import KVCache
 from core.ffn import apply_ffn
-from plumbing.errors import check_probability
+from plumbing.errors import check_number, check_probability, unknown_name
 
 NormFactory = Callable[[int], nn.Module]
+# torch's own modules: RMSNorm *is* torch.nn.RMSNorm (torch >= 2.4), so it equals it by construction.
+NORMS: dict[str, type[nn.Module]] = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
+
+
+def build_norm(name: str, d_model: int, eps: float = 1e-5) -> nn.Module:
+    """The normalisation ``name`` (:data:`NORMS`) over the last axis of width ``d_model``, tagged with its part.
+
+    ``"layernorm"``: gain and bias, 2·D parameters; ``"rmsnorm"``: a gain only, D parameters.
+    """
+    if name not in NORMS:
+        raise unknown_name("norm", name, NORMS)
+    check_number("norm eps", eps, 0, low_open=True)
+    norm = NORMS[name](d_model, eps=eps)
+    norm.zoo_part = "norm"
+    return norm
 
 
 def layer_norm(d_model: int, eps: float = 1e-5) -> nn.Module:
     """The paper's normalisation, tagged with its part."""
-    norm = nn.LayerNorm(d_model, eps=eps)
-    norm.zoo_part = "norm"
-    return norm
+    return build_norm("layernorm", d_model, eps)
+
+
+def norm_factory(name: str, eps: float = 1e-5) -> NormFactory:
+    """``d_model -> norm``: the factory of :func:`build_norm` that a model passes to its layers and final norms.
+
+    Checks ``name`` at once, so a config that names an unknown norm fails before any layer is built.
+    """
+    if name not in NORMS:
+        raise unknown_name("norm", name, NORMS)
+    return functools.partial(build_norm, name, eps=eps)
 
 
 class ResidualLayer(nn.Module):

@@ -16,9 +16,9 @@ from torch import Tensor, nn
 from core.attention import KERNELS, build_kernel
 from core.decoding import KVCache
 from core.embedding import TokenEmbedding, check_token_ids
-from core.ffn import ACTIVATIONS, FFN_TYPES, build_ffn
+from core.ffn import FFN_ACTIVATIONS, FFN_TYPES, build_ffn
 from core.init import INIT_SCHEMES, init_weights
-from core.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, layer_norm
+from core.layers import NORMS, Decoder, DecoderLayer, Encoder, EncoderLayer, norm_factory
 from core.masks import padding_mask
 from core.multihead import MultiHeadAttention
 from core.position import POSITIONAL_SCHEMES, build_position
@@ -38,8 +38,9 @@ class TransformerConfig:
     d_ff: int = 2048  # 4·d_model
     dropout: float = 0.1  # on each sublayer output and on embeddings + positions (P_drop)
     attention_dropout: float = 0.0  # on the attention weights (not in the paper; used by later code)
-    activation: str = "relu"
+    activation: str = "relu"  # or "gelu"; "geglu", "swiglu", "reglu" build a gated FFN (core.ffn.GLUFFN)
     norm_first: bool = False  # False = Post-LN (the paper's); True = Pre-LN with a final norm
+    norm: str = "layernorm"  # or "rmsnorm" (core.layers.NORMS): every norm of the model, the final ones too
     position: str = "sinusoidal"
     max_len: int = 512  # only bounds the learned position table
     scale_embeddings: bool = True  # multiply embeddings by √d_model (§3.4)
@@ -67,7 +68,8 @@ class TransformerConfig:
                 "choose heads that divide d_model"
             )
         check_choices("TransformerConfig", (
-            ("activation", self.activation, ACTIVATIONS),
+            ("activation", self.activation, FFN_ACTIVATIONS),
+            ("norm", self.norm, NORMS),
             ("positional scheme", self.position, POSITIONAL_SCHEMES),
             ("attention kernel", self.kernel, KERNELS),
             ("ffn type", self.ffn, FFN_TYPES),
@@ -140,16 +142,19 @@ class Transformer(nn.Module):
         def ffn(layer: int) -> nn.Module:
             return build_ffn(c.ffn, c.d_model, c.d_ff, c.activation, c.dropout, layer, **c.ffn_options)
 
+        norm = norm_factory(c.norm)
+
         def final_norm() -> nn.Module | None:
-            return layer_norm(c.d_model) if c.norm_first else None
+            return norm(c.d_model) if c.norm_first else None
 
         self.encoder = Encoder(
-            [EncoderLayer(c.d_model, attention(), ffn(i), c.dropout, c.norm_first) for i in range(c.encoder_layers)],
+            [EncoderLayer(c.d_model, attention(), ffn(i), c.dropout, c.norm_first, norm)
+             for i in range(c.encoder_layers)],
             final_norm(),
         )
         self.decoder = Decoder(
             [
-                DecoderLayer(c.d_model, attention(), attention(), ffn(i), c.dropout, c.norm_first)
+                DecoderLayer(c.d_model, attention(), attention(), ffn(i), c.dropout, c.norm_first, norm)
                 for i in range(c.decoder_layers)
             ],
             final_norm(),

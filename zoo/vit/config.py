@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.attention import KERNELS
-from core.ffn import ACTIVATIONS, FFN_TYPES
+from core.ffn import ACTIVATIONS, FFN_ACTIVATIONS, FFN_TYPES
+from core.layers import NORMS
 from plumbing.errors import check_choices, check_positive, check_probability
 from zoo.vision import READOUTS, check_image_geometry
 
@@ -44,7 +45,8 @@ class ViTConfig:
     tokens: str = "patch"
     position: str = "learned"
     norm_first: bool = True
-    activation: str = "gelu"
+    norm: str = "layernorm"  # or "rmsnorm" (core.layers.NORMS), with eps norm_eps; not a change of ViT's
+    activation: str = "gelu"  # "geglu", "swiglu", "reglu" build a gated FFN (core.ffn.GLUFFN)
     readout: str = "cls"  # or "mean" (the patch tokens' average); the classic choice is "decoder"
     decoder_layers: int = 1  # only used by readout="decoder"
 
@@ -85,9 +87,17 @@ class ViTConfig:
             ("ffn type", self.ffn, FFN_TYPES),
             ("tokens", self.tokens, TOKENIZERS),
             ("position", self.position, POSITIONS),
-            ("activation", self.activation, ACTIVATIONS),
+            ("activation", self.activation, FFN_ACTIVATIONS),
+            ("norm", self.norm, NORMS),
             ("readout", self.readout, READOUTS),
         ))
+        if self.readout == "decoder" and (self.norm != "layernorm" or self.activation not in ACTIVATIONS):
+            raise ValueError(
+                f"readout='decoder' builds its decoder layers with LayerNorm and a two-matrix FFN "
+                f"(zoo.vision.DecoderReadout), so it cannot honour norm={self.norm!r} with "
+                f"activation={self.activation!r}; use norm='layernorm' and an activation among "
+                f"{', '.join(ACTIVATIONS)} with it, or readout='cls' or 'mean'"
+            )
 
     @property
     def d_ff(self) -> int:

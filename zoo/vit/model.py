@@ -13,7 +13,6 @@ T = N + extra tokens ([CLS]), D width, K classes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
 
@@ -25,7 +24,7 @@ from torch import Tensor, nn
 from core.attention import build_kernel
 from core.ffn import build_ffn
 from core.init import init_weights
-from core.layers import Encoder, EncoderLayer, layer_norm
+from core.layers import Encoder, EncoderLayer, norm_factory
 from core.multihead import MultiHeadAttention
 from core.position import LearnedPosition, build_position
 from zoo.vision import PatchEmbedding, PatchVocabularyEmbedding, build_readout, check_images, drop_path_rates
@@ -71,7 +70,7 @@ class VisionTransformer(nn.Module):
         self.extra_tokens = self.readout.extra_tokens  # [CLS] (and any other prepended token) rows of the table
         self.position = build_position(c.position, c.d_model, c.heads, max_len=self.extra_tokens + c.grid**2)
         self.dropout = nn.Dropout(c.dropout)
-        norm = functools.partial(layer_norm, eps=c.norm_eps)
+        norm = norm_factory(c.norm, c.norm_eps)
 
         def attention() -> MultiHeadAttention:
             kernel = build_kernel(c.kernel, c.attention_dropout, **c.kernel_options)
