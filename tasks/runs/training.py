@@ -119,9 +119,20 @@ def delta_section(trainer) -> str:
         return "## What changed\n\nA reference model outside the zoo (not a Transformer patch): no delta analysis."
     if task.delta_shape is None:
         return f"## What changed\n\nThe {task.name} task declares no input shape to measure at: no delta analysis."
-    try:
-        report = measure(task.variant or c.variant, task.delta_shape, c.preset, overrides=task.delta_overrides())
-    except Exception as error:  # a reporting failure must not cost the finished training run
-        log.warning("delta analysis failed: %s", error)
-        return f"## What changed\n\nThe delta analysis failed: {error}"
-    return render_markdown(report, heading="##")
+    variant, overrides = task.variant or c.variant, task.delta_overrides()
+    key = json.dumps([getattr(variant, "name", variant), repr(task.delta_shape), c.preset, overrides],
+                     sort_keys=True, default=repr)
+    if key not in _DELTA_SECTIONS:
+        try:
+            report = measure(variant, task.delta_shape, c.preset, overrides=overrides)
+        except Exception as error:  # a reporting failure must not cost the finished training run
+            log.warning("delta analysis failed: %s", error)
+            return f"## What changed\n\nThe delta analysis failed: {error}"
+        _DELTA_SECTIONS[key] = render_markdown(report, heading="##")
+    return _DELTA_SECTIONS[key]
+
+
+# The delta analysis of a (variant, input shape, preset, model overrides) depends on nothing else — not the seed,
+# the data or the training — so a process that trains many runs (a serial sweep, a local launcher's reused worker)
+# builds the variant and its classic counterpart once per model, not once per run.
+_DELTA_SECTIONS: dict[str, str] = {}
