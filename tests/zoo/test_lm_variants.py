@@ -7,7 +7,8 @@ from core.language_model import LanguageModel, LanguageModelConfig
 from core.parts import parameters_by_part
 from zoo.analysis.delta import TaskShape, measure
 
-LM_VARIANTS = ("classic", "pre-ln", "learned-pos", "rope", "alibi", "t5-bias", "nope", "gelu", "linear", "moe")
+LM_VARIANTS = ("classic", "pre-ln", "learned-pos", "rope", "alibi", "t5-bias", "nope", "gelu", "linear", "moe",
+               "rmsnorm", "geglu", "reglu")
 SHAPE = TaskShape("lm", "tiny", {"batch": 2, "context": 16}, ("context",), "two windows of 16 tokens")
 
 
