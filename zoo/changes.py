@@ -87,7 +87,10 @@ class TravellingChange:
         choice: the config fields that make the new choice; each must be one ``change.revert`` restores.
         two_thirds_width: a gated FFN (three matrices): applying it also sets the FFN's hidden width to
             :func:`core.ffn.glu_width` of the config's (``round(2/3 · d_ff)``), reverting it to ``round(3/2 · d_ff)``,
-            so a comparison is at equal parameters (up to the dense FFN's biases and the rounding).
+            so a comparison is at equal parameters (up to the dense FFN's biases and the rounding). Two classic
+            widths can share one GLU width (7 and 8 give 5), so a revert gives back *a* classic width with that
+            GLU width: exactly the one applied from when it is a multiple of 3 or a power of 2 from 2 up (every preset).
+            A study starts from the classic side (:meth:`sides`), so it never relies on the revert's width.
         not_for: ``{config class: why not}``, the models it cannot apply to, in words. A config class missing
             here is asked too: one that lacks a field of ``choice`` or refuses its value cannot take it.
         registered: the registrations ``(variant, task)`` that declare this change (empty: none does).
@@ -125,8 +128,12 @@ class TravellingChange:
         """What makes two entries the same change: the part, the new choice and the classic one."""
         return json.dumps([self.change.part, self.choice, self.change.revert], sort_keys=True, default=repr)
 
-    def why_not(self, config_class: type) -> str:
-        """Why a model with ``config_class`` cannot take this change, in words; ``""`` when it can."""
+    def why_not(self, model: Any) -> str:
+        """Why ``model`` cannot take this change, in words; ``""`` when it can.
+
+        ``model``: a config class (asked at its defaults) or a config (asked as it is).
+        """
+        config_class = model if isinstance(model, type) else type(model)
         if config_class in self.not_for:
             return self.not_for[config_class]
         known = {f.name for f in fields(config_class)}
@@ -134,16 +141,16 @@ class TravellingChange:
         refusal = f"{config_class.__name__} has no field {missing[0]!r}" if missing else ""
         if not missing:
             try:
-                self.apply(self.revert(config_class()))
+                self.apply(self.revert(model() if isinstance(model, type) else model))
             except (TypeError, ValueError) as error:
                 refusal = f"{config_class.__name__} refuses it: {error}"
         if refusal:  # the words of _REASONS where they name the choice's field, else the config's own
             return next((_REASONS[(config_class, n)] for n in self.choice if (config_class, n) in _REASONS), refusal)
         return ""
 
-    def applies_to(self, config_class: type) -> bool:
-        """Whether a model with ``config_class`` can take this change (see :meth:`why_not`)."""
-        return not self.why_not(config_class)
+    def applies_to(self, model: Any) -> bool:
+        """Whether ``model`` (a config class or a config) can take this change (see :meth:`why_not`)."""
+        return not self.why_not(model)
 
     def is_new(self, config: Any) -> bool:
         """Whether ``config`` already holds the new choice."""
@@ -153,13 +160,13 @@ class TravellingChange:
         """The config overrides that give ``config`` the new choice (with the GLU width taken from ``config``)."""
         self._check_fields(config)
         resize = self.two_thirds_width and not self.is_new(config)
-        return {**self.choice, **(_ffn_width(config, glu_width(_d_ff(config))) if resize else {})}
+        return {**self.choice, **(_ffn_width(config, glu_width(config.d_ff)) if resize else {})}
 
     def revert_overrides(self, config: Any) -> dict[str, Any]:
         """The config overrides that give ``config`` the classic choice (a gated FFN's width back to 3/2)."""
         self._check_fields(config)
         resize = self.two_thirds_width and self.is_new(config)
-        return {**self.change.revert, **(_ffn_width(config, round(3 * _d_ff(config) / 2)) if resize else {})}
+        return {**self.change.revert, **(_ffn_width(config, round(3 * config.d_ff / 2)) if resize else {})}
 
     def apply(self, config: Any) -> Any:
         """A copy of ``config`` with the new choice, validated by its class."""
@@ -174,7 +181,7 @@ class TravellingChange:
 
         ``ValueError`` naming why, when the model cannot take this change.
         """
-        reason = self.why_not(type(config))
+        reason = self.why_not(config)
         if reason:
             raise ValueError(f"change {self.name!r} does not apply to {type(config).__name__}: {reason}")
         classic = self.revert(config)
@@ -191,11 +198,6 @@ class TravellingChange:
 
 
 _MISSING = object()
-
-
-def _d_ff(config: Any) -> int:
-    """The FFN's hidden width of ``config`` (a field, or ViT's property ``int(d_model · mlp_ratio)``)."""
-    return config.d_ff
 
 
 def _ffn_width(config: Any, width: int) -> dict[str, Any]:
@@ -241,13 +243,18 @@ _PLUGINS: dict[str, TravellingChange] = {}
 def register_change(entry: TravellingChange) -> TravellingChange:
     """Add ``entry`` to the catalogue (a plugin's change that no variant of its declares); returns it.
 
-    ``ValueError`` if another entry already has its name: a plugin picks a name of its own.
+    ``ValueError`` if another entry already has its name (a plugin picks a name of its own) or makes its choice.
     """
     if not isinstance(entry, TravellingChange):
         raise TypeError(f"register_change takes a TravellingChange, got {type(entry).__name__}")
-    if entry.name in _PLUGINS or entry.name in catalogue():
+    entries = catalogue()
+    if entry.name in entries:
         raise ValueError(f"a travelling change named {entry.name!r} is already in the catalogue; choose another "
                          "name (Change(name=...))")
+    same = next((e.name for e in entries.values() if e.key == entry.key), None)
+    if same is not None:
+        raise ValueError(f"travelling change {entry.name!r} makes the same choice {entry.choice} as {same!r}, which "
+                         f"is in the catalogue; use {same!r}")
     _PLUGINS[entry.name] = entry
     return entry
 
@@ -267,6 +274,8 @@ def _registered(variants: Iterable[Variant]) -> list[tuple[TravellingChange, boo
     for variant in variants:
         config = variant.config()
         for change in variant.independent_changes():
+            if not set(change.revert) <= {f.name for f in fields(config)}:
+                continue  # reverts a field its own config lacks: zoo check reports that, not the catalogue
             choice = {k: getattr(config, k) for k, v in change.revert.items() if getattr(config, k) != v}
             if not choice:
                 continue
@@ -274,7 +283,7 @@ def _registered(variants: Iterable[Variant]) -> list[tuple[TravellingChange, boo
             gated = choice.get("activation") in GLU_ACTIVATIONS  # travels at equal parameters, whatever its preset
             entry = TravellingChange(dataclasses.replace(change, name=name), choice, two_thirds_width=gated,
                                      registered=tuple((variant.name, t) for t in variant.tasks))
-            found.append((entry, variant.config_class in CORE_CONFIGS))
+            found.append((entry, issubclass(variant.config_class, CORE_CONFIGS)))
     return found
 
 

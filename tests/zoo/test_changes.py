@@ -118,6 +118,21 @@ def test_vit_gated_width_goes_through_mlp_ratio():
     assert get_change("geglu").revert(new) == classic
 
 
+def test_gated_width_round_trips():
+    """From the new side, revert then apply gives the same config at every width; from the classic side, apply then
+    revert does where the docstring says (multiples of 3, powers of 2), and gives a width of the same GLU width
+    elsewhere (7 and 8 both shrink to 5: no revert can tell them apart)."""
+    entry, base = get_change("swiglu"), model_config("translation", "tiny")
+    for width in range(1, 400):
+        classic = dataclasses.replace(base, d_ff=width)
+        new = entry.apply(classic)
+        assert entry.apply(entry.revert(new)) == new
+        back = entry.revert(new)
+        assert glu_width(back.d_ff) == new.d_ff
+        if width % 3 == 0 or (width >= 2 and width & (width - 1) == 0):
+            assert back == classic, width
+
+
 @pytest.mark.parametrize("name", ["rope", "alibi", "t5-bias", "nope", "gelu", "linear", "moe", "pre-ln", "rmsnorm"])
 def test_registered_lm_variants_are_members(name):
     assert (name, "lm") in get_change(name).registered
@@ -166,6 +181,9 @@ def test_register_change_adds_an_entry_and_refuses_a_taken_name():
     assert "attn-drop" not in catalogue()
     with pytest.raises(ValueError, match="already in the catalogue"):
         register_change(dataclasses.replace(STATIC[0]))
+    rope = get_change("rope")
+    with pytest.raises(ValueError, match="same choice .* as 'rope'"):
+        register_change(dataclasses.replace(rope, change=dataclasses.replace(rope.change, name="my-rope")))
 
 
 def test_unknown_change_gets_did_you_mean():
