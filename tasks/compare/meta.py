@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +64,7 @@ class Cell:
     Args:
         differences: ``change − base`` per seed (same seed both sides) or per unit of the paired test; at least 2.
         noise: ``base − base`` with other seeds (each a difference of two independent base runs); at least 2.
+            Of the same kind as ``differences`` (both per seed, or both per unit): it sets the effect's unit.
     """
 
     task: str
@@ -190,7 +191,7 @@ def cell_effects(cells: Sequence[Cell]) -> list[CellEffect]:
     if len(set(labels)) != len(labels):
         raise ValueError(f"cells must be distinct (task, dataset, preset), got {sorted(labels)}")
     raw = [cell_effect(c) for c in cells]
-    return [CellEffect(**{**e.__dict__, "p_holm": p}) for e, p in zip(raw, holm([e.p_value for e in raw]), strict=True)]
+    return [replace(e, p_holm=p) for e, p in zip(raw, holm([e.p_value for e in raw]), strict=True)]
 
 
 def _q(effects: np.ndarray, weights: np.ndarray) -> float:
