@@ -108,7 +108,7 @@ def glu_width(d_ff: int) -> int:
     """The hidden width that gives a :class:`GLUFFN` the parameters of a dense FFN of width ``d_ff``:
     ``round(2/3 · d_ff)`` (Shazeer 2020, §2). Equal up to the dense FFN's biases and the rounding."""
     check_positive("d_ff", d_ff)
-    return max(1, round(2 * d_ff / 3))
+    return round(2 * d_ff / 3)
 
 
 def apply_ffn(ffn: nn.Module, x: Tensor, token_mask: Tensor | None = None) -> Tensor:

@@ -35,7 +35,7 @@ def test_unknown_norm_and_bad_eps_are_refused_by_name():
     with pytest.raises(ValueError, match="unknown norm 'rms_norm'. Did you mean 'rmsnorm'"):
         build_norm("rms_norm", 8)
     with pytest.raises(ValueError, match="unknown norm 'batchnorm'"):
-        norm_factory("batchnorm")
+        norm_factory("batchnorm")(8)
     with pytest.raises(ValueError, match="norm eps must be > 0"):
         build_norm("rmsnorm", 8, eps=0.0)
     for config in (TransformerConfig, LanguageModelConfig, ViTConfig):
