@@ -8,7 +8,9 @@ in this process (today's behaviour, progress bars included). A run's exit status
 and resources, ``submitit`` is SLURM (job arrays, requeue on time-out) or submitit's local executor without SLURM.
 
 * ``local --jobs N``: N runs at once, the machine's cores divided between them (``num_threads`` of each run, unless
-  the sweep sets it; ``OMP_NUM_THREADS`` likewise).
+  the sweep sets it; ``OMP_NUM_THREADS`` likewise). Its N worker processes are kept from one run to the next
+  (:mod:`tasks.sweeps.worker`): each runs ``zoo train``'s own code in process, so a run pays torch's import once
+  per worker; a run that kills its worker fails alone, and a fresh worker takes the next run.
 * ``ray``: each run a Ray task with ``--resources cpu=C,gpu=G`` (default cpu=1), on the cluster ``RAY_ADDRESS``
   names (``ray start --head`` first), else on a local one started for the sweep and stopped after it. A worker that
   sees the sweep's folder (a shared file system) trains in it; one that does not gets the run folder (its config,
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,16 +41,15 @@ from tasks.engine.trainer import PreemptedError
 from tasks.runs.training import train
 from tasks.sweeps.plan import RunSpec
 from tasks.sweeps.process import (
-    PID_FILE,
     Job,
     SubmititRun,
     pack_folder,
     resumable,
     run_anywhere,
     signal_run,
-    start_process,
     unpack_folder,
 )
+from tasks.sweeps.worker import WorkerPool
 
 LAUNCHERS = ("serial", "local", "ray", "submitit")
 EXTRAS = {"ray": ("ray", "ray"), "submitit": ("submitit", "slurm")}  # launcher: (module, the extra to install)
@@ -138,32 +138,43 @@ class SerialLauncher(Launcher):
 
 
 class LocalLauncher(Launcher):
-    """``jobs`` worker processes on this machine at once."""
+    """``jobs`` worker processes on this machine at once, each kept for the next run
+    (:class:`~tasks.sweeps.worker.WorkerPool`): a sweep pays torch's import once per worker, not once per run."""
 
     name = "local"
+
+    def __init__(self, jobs: int = 1) -> None:
+        super().__init__(jobs)
+        self.pool = WorkerPool(jobs)
 
     def threads(self) -> int:
         return max(1, (os.cpu_count() or 1) // self.jobs)
 
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "workers": "reused: one process trains run after run"}
+
     def start(self, handle: Handle) -> None:
-        handle.ref = start_process(handle.job)
+        handle.ref = self.pool.submit(handle.job)
 
     def wait(self, running: list[Handle], timeout: float) -> list[Handle]:
-        ended = _first_ended(running, lambda h: h.ref.poll() is not None, timeout, 0.2)
-        for handle in ended:
-            handle.exit_code = handle.ref.returncode
-            Path(handle.job.folder, PID_FILE).unlink(missing_ok=True)
+        by_job = {id(h.job): h for h in running}
+        ended = []
+        for job, code in self.pool.ended(timeout):
+            handle = by_job[id(job)]
+            handle.exit_code = code
+            ended.append(handle)
         return ended
 
     def stop(self, running: list[Handle]) -> None:
-        for handle in running:
-            if handle.ref.poll() is None:
-                handle.ref.send_signal(signal.SIGTERM)  # the run checkpoints after its step and exits
-        for handle in running:
-            try:
-                handle.ref.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                handle.ref.kill()
+        self.pool.signal(signal.SIGTERM)  # each run checkpoints after its step and answers REQUEUE_EXIT
+        deadline = time.monotonic() + 120
+        waiting = [h for h in running if h.exit_code is None]
+        while waiting and time.monotonic() < deadline:
+            waiting = [h for h in waiting if h not in self.wait(waiting, 1.0)]
+        self.close()  # kills what did not stop in time
+
+    def close(self) -> None:
+        self.pool.close()
 
 
 def parse_resources(text: str | dict | None) -> dict[str, float]:
