@@ -3,8 +3,8 @@
 Per layer, with D = d_model and F = d_ff (biases included):
 
 * multi-head attention: 4·D² + 4·D (W^Q, W^K, W^V, W^O and their biases);
-* FFN: 2·D·F + F + D;
-* LayerNorm: 2·D (gain and bias);
+* FFN: 2·D·F + F + D (a gated, GLU FFN: 3·D·F, no biases);
+* LayerNorm: 2·D (gain and bias); RMSNorm: D (gain);
 * an encoder layer has 1 attention, 1 FFN, 2 norms; a decoder layer 2 attentions (self and cross), 1 FFN,
   3 norms; Pre-LN adds one final norm per stack.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from core.ffn import GLU_ACTIVATIONS
 from core.model import TransformerConfig
 from core.parts import PARTS
 
@@ -25,8 +26,9 @@ def attention_parameters(d_model: int) -> int:
     return 4 * d_model * d_model + 4 * d_model
 
 
-def ffn_parameters(d_model: int, d_ff: int) -> int:
-    return 2 * d_model * d_ff + d_ff + d_model
+def ffn_parameters(d_model: int, d_ff: int, activation: str = "relu") -> int:
+    """2·D·F + F + D for the dense FFN; 3·D·F for a gated one (bias-free W, V, W₂: core.ffn.GLUFFN)."""
+    return 3 * d_model * d_ff if activation in GLU_ACTIVATIONS else 2 * d_model * d_ff + d_ff + d_model
 
 
 def classic_parameters(config: TransformerConfig) -> OrderedDict[str, int]:
@@ -37,9 +39,10 @@ def classic_parameters(config: TransformerConfig) -> OrderedDict[str, int]:
     counts["embedding"] = c.src_vocab * D + (0 if c.share_embeddings else c.tgt_vocab * D)
     counts["position"] = c.max_len * D if c.position == "learned" else 0
     counts["attention"] = (L_enc + 2 * L_dec) * attention_parameters(D)
-    counts["ffn"] = (L_enc + L_dec) * ffn_parameters(D, c.d_ff)
-    final_norms = 2 * D * ((L_enc > 0) + (L_dec > 0)) if c.norm_first else 0
-    counts["norm"] = (2 * L_enc + 3 * L_dec) * 2 * D + final_norms
+    counts["ffn"] = (L_enc + L_dec) * ffn_parameters(D, c.d_ff, c.activation)
+    per_norm = 2 * D if c.norm == "layernorm" else D  # RMSNorm has a gain and no bias
+    final_norms = per_norm * ((L_enc > 0) + (L_dec > 0)) if c.norm_first else 0
+    counts["norm"] = (2 * L_enc + 3 * L_dec) * per_norm + final_norms
     counts["head"] = 0 if c.tie_output else c.tgt_vocab * D
     return counts
 

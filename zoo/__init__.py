@@ -5,7 +5,7 @@ everything else: no module of the project imports it (they import ``zoo.registry
 importing any of them runs this file first, so every built-in variant is registered whichever is imported).
 """
 
-from zoo import classic, deit, linear, lm, missformer, moe, monai3d, swin, vit  # noqa: F401  (importing a variant's package registers it)
+from zoo import classic, deit, linear, lm, missformer, moe, monai3d, norm_ffn, swin, vit  # noqa: F401  (importing a variant's package registers it)
 from zoo.registry import Change, Paper, Variant, create, get_variant, list_variants, register, tasks_of
 
 __all__ = ["Change", "Paper", "Variant", "create", "get_variant", "list_variants", "load_run", "register", "tasks_of"]

@@ -34,7 +34,7 @@ _RENAMES = (
 
 
 def _check_timm_compatible(config: ViTConfig) -> None:
-    needs = {"tokens": "patch", "position": "learned", "norm_first": True, "ffn": "dense"}
+    needs = {"tokens": "patch", "position": "learned", "norm_first": True, "norm": "layernorm", "ffn": "dense"}
     if config.kernel not in ("sdpa", "reference"):
         needs["kernel"] = "sdpa"
     for name, value in needs.items():
@@ -43,6 +43,9 @@ def _check_timm_compatible(config: ViTConfig) -> None:
                 f"timm's VisionTransformer has no counterpart of {name}={getattr(config, name)!r}; "
                 f"use {name}={value!r}"
             )
+    if config.activation not in ACTIVATIONS:
+        raise ValueError(f"timm's VisionTransformer (its Mlp) has no counterpart of activation={config.activation!r}; "
+                         f"use one of {', '.join(ACTIVATIONS)}")
     if config.readout not in ("cls", "mean"):
         raise ValueError(
             f"timm's VisionTransformer has no counterpart of readout={config.readout!r}; use 'cls' or 'mean'"
