@@ -1,20 +1,24 @@
 """Wall time of one sweep on each launcher: serial against ``local --jobs N`` and ``ray``, as ratios, in one run.
 
-Run: ``.venv/bin/python benchmarks/bench_sweeps.py [--quick] [--epochs N] [--rounds R] [--jobs N] [--launchers L,...]``.
+Run: ``.venv/bin/python benchmarks/bench_sweeps.py [--quick | --study] [--epochs N] [--rounds R] [--jobs N]
+[--launchers L,...]``.
 
-The sweep is ``zoo compare translation --variants classic,pre-ln --seeds 2`` at preset ``tiny`` (4 runs; ``--quick``:
-1 epoch of 512 pairs, else 2 epochs of the default corpus; ``--epochs N`` to change), each launcher into a fresh
-folder, ``R`` rounds with the launchers' order rotated each round. Serial runs in this process with torch's default
-threads (this machine's cores); ``local`` and ``ray`` run ``--jobs`` runs at once, the cores divided between them (one
-thread each on two cores). Reported: per launcher the median wall time of the whole sweep, its speed-up over serial,
-and whether its ``results.json`` statistics equal serial's to the last digit (they need the same thread count to: a
-run's float reductions follow torch's threads, so the parallel launchers are also checked against a serial sweep at
-their thread count). A Ray cluster is started once, outside the timings (``ray.init``: seconds), and kept for the
-rounds.
+The sweep is ``zoo compare translation --variants classic,pre-ln --seeds 2`` at preset ``tiny`` (4 runs; ``--quick``: 1
+epoch of 512 pairs; ``--study``: a study's default run, 3 epochs of the default corpus; else 2 epochs of the default
+corpus; ``--epochs N`` to change), each launcher into a fresh folder, ``R`` rounds with the launchers' order rotated
+each round. Serial runs in this process with torch's default threads (this machine's cores); ``local`` and ``ray`` run
+``--jobs`` runs at once, the cores divided between them (one thread each on two cores). Reported: per launcher the
+median wall time of the whole sweep, its speed-up over serial, the fixed cost of its runs (a run's wall time besides its
+training loop, as a share of that loop: the first run of a process carries the imports), and whether its
+``results.json`` statistics equal serial's to the last digit (they need the same thread count to: a run's float
+reductions follow torch's threads, so the parallel launchers are also checked against a serial sweep at their thread
+count). A Ray cluster is started once, outside the timings (``ray.init``: seconds), and kept for the rounds.
 
-Every run of a parallel launcher is a process of its own and pays its start-up (importing torch, and the optimizer's
-first use importing torch's compiler stack: seconds, more where ``PYTHONDONTWRITEBYTECODE`` keeps Python from caching
-bytecode), which a serial sweep pays once: short runs gain less than long ones.
+A process pays a start-up (importing torch and the zoo, and ``torch.use_deterministic_algorithms`` importing torch's
+compiler configuration: seconds, more where ``PYTHONDONTWRITEBYTECODE`` keeps Python from caching bytecode) that a
+serial sweep pays once. ``local`` pays it once per worker (its workers train run after run,
+:mod:`tasks.sweeps.worker`); ``ray`` once per run (each task starts the run's ``zoo train`` process): short runs gain
+less than long ones. The load average (other users of the machine) is printed with the table.
 
 Measurements, not tests: nothing is asserted, exit code 0.
 """
@@ -42,17 +46,31 @@ def _numbers(out: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
 
 
+def _fixed_costs(out: Path) -> list[float]:
+    """Each run's cost besides its training loop, as a fraction of it: (the run's wall time in the sweep − its
+    ``train_seconds``) / ``train_seconds`` — process start, imports, data, the final evaluation, the report."""
+    runs = json.loads((out / "sweep.json").read_text())["runs"]
+    fractions = []
+    for name, run in runs.items():
+        trained = json.loads((out / name / "metrics.json").read_text())["train_seconds"]
+        fractions.append((run["seconds"] - trained) / trained)
+    return fractions
+
+
 def main() -> None:
     parser = bench_parser(__doc__, quick="1 epoch of 512 pairs per run instead of 2 epochs of the default corpus",
                           rounds="rounds per launcher (default 1)", clock=False)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="runs at once (default: the cores)")
     parser.add_argument("--launchers", default="serial,local,ray", help="comma-separated, serial first")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 2; --quick 1)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 2; --quick 1; --study 3)")
+    parser.add_argument("--study", action="store_true", help="a study's default run: 3 epochs of the default corpus")
     args = parser.parse_args()
+    if args.quick and args.study:
+        parser.error("--quick and --study are two sizes of run: give one of them")
     logging.basicConfig(level=logging.WARNING)
     rounds = args.rounds or 1
     settings = {"preset": "tiny", "progress": False, "beam_size": 1,
-                **({"epochs": 1, "n_train": 512} if args.quick else {"epochs": 2})}
+                **({"epochs": 1, "n_train": 512} if args.quick else {"epochs": 3 if args.study else 2})}
     if args.epochs:
         settings["epochs"] = args.epochs
     launchers = [name.strip() for name in args.launchers.split(",")]
@@ -64,6 +82,7 @@ def main() -> None:
                  object_store_memory=128 * 1024**2)
     times: dict[str, list[float]] = {name: [] for name in launchers}
     numbers: dict[str, list[dict]] = {}
+    fixed: dict[str, list[float]] = {name: [] for name in launchers}
     with tempfile.TemporaryDirectory() as root:
         for r in range(rounds):
             order = launchers[r % len(launchers):] + launchers[: r % len(launchers)]
@@ -74,6 +93,7 @@ def main() -> None:
                 compare("translation", ["classic", "pre-ln"], out, seeds=2, launch=launch, **settings)
                 times[name].append(time.perf_counter() - start)
                 numbers[name] = _numbers(out)
+                fixed[name] += _fixed_costs(out)
                 print(f"round {r + 1}: {name:<8} {times[name][-1]:7.1f} s", flush=True)
         reference = None
         if any(name != "serial" for name in launchers):  # serial at the parallel runs' thread count
@@ -82,14 +102,17 @@ def main() -> None:
             reference = _numbers(out)
     serial = statistics.median(times["serial"]) if "serial" in times else None
     print(f"\nsweep: translation classic,pre-ln x 2 seeds, tiny, {settings.get('epochs')} epoch(s); "
-          f"{os.cpu_count()} cores, --jobs {args.jobs} ({threads} thread(s) per parallel run); {rounds} round(s)\n")
-    print("| launcher | median wall s | speed-up over serial | statistics equal to serial at the same threads |")
-    print("|---|---|---|---|")
+          f"{os.cpu_count()} cores, --jobs {args.jobs} ({threads} thread(s) per parallel run); {rounds} round(s); "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end\n")
+    print("| launcher | median wall s | speed-up over serial | fixed cost per run, % of its training (median, max) "
+          "| statistics equal to serial at the same threads |")
+    print("|---|---|---|---|---|")
     for name in launchers:
         median = statistics.median(times[name])
         ratio = f"{serial / median:.2f}x" if serial else "-"
         same = "-" if name == "serial" else ("yes" if numbers[name] == reference else "NO")
-        print(f"| {name} | {median:.1f} | {ratio} | {same} |")
+        cost = f"{100 * statistics.median(fixed[name]):.0f} %, {100 * max(fixed[name]):.0f} %"
+        print(f"| {name} | {median:.1f} | {ratio} | {cost} | {same} |")
 
 
 if __name__ == "__main__":
