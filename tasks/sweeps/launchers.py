@@ -168,9 +168,8 @@ class LocalLauncher(Launcher):
     def stop(self, running: list[Handle]) -> None:
         self.pool.signal(signal.SIGTERM)  # each run checkpoints after its step and answers REQUEUE_EXIT
         deadline = time.monotonic() + 120
-        waiting = [h for h in running if h.exit_code is None]
-        while waiting and time.monotonic() < deadline:
-            waiting = [h for h in waiting if h not in self.wait(waiting, 1.0)]
+        while any(h.exit_code is None for h in running) and time.monotonic() < deadline:
+            self.wait([h for h in running if h.exit_code is None], 1.0)  # sets the exit codes of those that ended
         self.close()  # kills what did not stop in time
 
     def close(self) -> None:
