@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.sweeps.process import LOG_FILE, PID_FILE, Job
@@ -79,8 +79,7 @@ class Worker:
     process: subprocess.Popen
     key: tuple
     job: Job | None = None
-    runs: int = 0
-    pids: list[int] = field(default_factory=list)
+    runs: int = 0  # how many it was handed
 
     def alive(self) -> bool:
         return self.process.poll() is None
