@@ -14,6 +14,8 @@ This package runs them:
 * :mod:`tasks.sweeps.launchers`: where runs execute — ``serial`` (in this process, today's behaviour), ``local``
   (N worker processes on this machine, the cores divided between them), ``ray`` (one Ray task per run, on a
   running cluster or a local one), ``submitit`` (SLURM jobs, or submitit's local executor without SLURM).
+* :mod:`tasks.sweeps.worker`: the local launcher's reused worker processes (``python -m tasks.cli.worker``), each
+  training run after run with ``zoo train``'s own code, so a sweep pays torch's start-up once per worker.
 * :mod:`tasks.sweeps.driver`: :func:`~tasks.sweeps.driver.run_sweep` keeps the launcher busy, reuses finished runs,
   requeues pre-empted ones, retries failed ones (``--retry N``), prints one line per state change with an overall
   count and an ETA, and lists what failed at the end.

@@ -1,6 +1,9 @@
-"""A worker process that trains one run after another, so a sweep pays torch's import once per worker, not per run.
+"""The local launcher's pool of worker processes, each training one run after another, so a sweep pays torch's
+import once per worker, not per run.
 
-``python -m tasks.sweeps.worker`` reads jobs from its standard input, one JSON line each: ``{"argv": [...],
+A worker is ``python -m tasks.cli.worker`` (:mod:`tasks.cli.worker`: it sits with the command line, whose ``zoo
+train`` it runs; this pool names it as a module to start, never imports it, as :mod:`tasks.sweeps.process` names
+``tasks.cli.main``). It reads jobs from its standard input, one JSON line each: ``{"argv": [...],
 "log": PATH}``, where ``argv`` is a run's ``zoo train`` command line without the interpreter
 (:meth:`~tasks.sweeps.process.Job.command`). For each it sends its output (file descriptors 1 and 2) to the run's
 ``train.log``, calls :func:`tasks.cli.main.main` with ``argv`` in this process — the very code ``zoo train`` runs,
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import select
 import signal
 import subprocess
@@ -30,46 +32,7 @@ from pathlib import Path
 
 from tasks.sweeps.process import LOG_FILE, PID_FILE, Job
 
-
-def _run_one(argv: list[str], log: str) -> int:
-    """Run ``zoo train`` with ``argv`` here, its output appended to ``log``; its exit status (1 for an exception
-    ``zoo train`` does not turn into one)."""
-    from tasks.cli.main import main
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(log, "ab") as log_file:
-        os.dup2(log_file.fileno(), 1)
-        os.dup2(log_file.fileno(), 2)
-    try:
-        print(f"zoo worker {os.getpid()}: this run trains in a reused worker process", flush=True)
-        code = main(argv)
-        return int(code or 0)
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 1
-    except BaseException:  # the run's failure: its traceback goes to its log, the worker takes the next run
-        import traceback
-
-        traceback.print_exc()
-        return 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
-
-
-def serve() -> None:
-    """Answer jobs from standard input until it ends (see the module docstring)."""
-    replies = os.fdopen(os.dup(1), "w", buffering=1)  # fd 1 becomes each run's log; answers go here
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # between runs nothing may write into the answers
-    for line in sys.stdin:
-        job = json.loads(line)
-        replies.write(f"{_run_one(job['argv'], job['log'])}\n")
+WORKER_MODULE = "tasks.cli.worker"  # started with python -m; see its docstring
 
 
 @dataclass
@@ -117,7 +80,7 @@ class WorkerPool:
         return worker
 
     def _start(self, job: Job, key: tuple) -> Worker:
-        process = subprocess.Popen([sys.executable, "-m", "tasks.sweeps.worker"], stdin=subprocess.PIPE,
+        process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=job.environment(),
                                    text=True, bufsize=1, start_new_session=True)  # Ctrl-C reaches it as our SIGTERM
         worker = Worker(process, key)
@@ -191,6 +154,3 @@ class WorkerPool:
                 worker.process.wait()
         self.workers = []
 
-
-if __name__ == "__main__":
-    serve()
