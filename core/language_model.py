@@ -17,15 +17,16 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from core.attention import KERNELS, build_kernel
+from core.attention import build_kernel
 from core.decoding import KVCache
 from core.embedding import TokenEmbedding, check_token_ids
-from core.ffn import FFN_ACTIVATIONS, FFN_TYPES, build_ffn
-from core.init import INIT_SCHEMES, init_weights
-from core.layers import NORMS, Decoder, DecoderLayer, norm_factory
+from core.ffn import build_ffn
+from core.init import init_weights
+from core.layers import Decoder, DecoderLayer, norm_factory
+from core.model import check_core_parts
 from core.multihead import MultiHeadAttention
-from core.position import POSITIONAL_SCHEMES, LearnedPosition, build_position
-from plumbing.errors import check_bool, check_choices, check_number, check_positive, check_probability, unknown_name
+from core.position import LearnedPosition, build_position
+from plumbing.errors import check_bool, check_number, check_positive, check_probability, unknown_name
 
 
 @dataclass
@@ -62,18 +63,7 @@ class LanguageModelConfig:
         for name in ("norm_first", "scale_embeddings", "tie_output", "bias"):
             check_bool(name, getattr(self, name))
         check_number("layer_norm_eps", self.layer_norm_eps, 0, low_open=True)
-        if self.d_model % self.heads:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by heads={self.heads}; choose heads that divide d_model"
-            )
-        check_choices("LanguageModelConfig", (
-            ("activation", self.activation, FFN_ACTIVATIONS),
-            ("norm", self.norm, NORMS),
-            ("positional scheme", self.position, POSITIONAL_SCHEMES),
-            ("attention kernel", self.kernel, KERNELS),
-            ("ffn type", self.ffn, FFN_TYPES),
-            ("init scheme", self.init, INIT_SCHEMES),
-        ))
+        check_core_parts("LanguageModelConfig", self)
 
     def to_dict(self) -> dict:
         return asdict(self)

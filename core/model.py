@@ -25,6 +25,24 @@ from core.position import POSITIONAL_SCHEMES, build_position
 from plumbing.errors import check_choices, check_positive, check_probability, unknown_name
 
 
+def check_core_parts(owner: str, config: Any) -> None:
+    """What every config built from the core's parts checks (``TransformerConfig``, ``LanguageModelConfig``): the
+    heads divide ``d_model``, and each part's choice (activation, norm, positions, kernel, FFN, init) is one the core
+    or a variant registered."""
+    if config.d_model % config.heads:
+        raise ValueError(
+            f"d_model={config.d_model} is not divisible by heads={config.heads}; choose heads that divide d_model"
+        )
+    check_choices(owner, (
+        ("activation", config.activation, FFN_ACTIVATIONS),
+        ("norm", config.norm, NORMS),
+        ("positional scheme", config.position, POSITIONAL_SCHEMES),
+        ("attention kernel", config.kernel, KERNELS),
+        ("ffn type", config.ffn, FFN_TYPES),
+        ("init scheme", config.init, INIT_SCHEMES),
+    ))
+
+
 @dataclass
 class TransformerConfig:
     """Configuration of the classic Transformer; the defaults are the paper's base model (Table 3)."""
@@ -62,19 +80,7 @@ class TransformerConfig:
             check_positive(name, getattr(self, name), allow_zero=name.endswith("_layers"))
         check_probability("dropout", self.dropout)
         check_probability("attention_dropout", self.attention_dropout)
-        if self.d_model % self.heads:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by heads={self.heads}; "
-                "choose heads that divide d_model"
-            )
-        check_choices("TransformerConfig", (
-            ("activation", self.activation, FFN_ACTIVATIONS),
-            ("norm", self.norm, NORMS),
-            ("positional scheme", self.position, POSITIONAL_SCHEMES),
-            ("attention kernel", self.kernel, KERNELS),
-            ("ffn type", self.ffn, FFN_TYPES),
-            ("init scheme", self.init, INIT_SCHEMES),
-        ))
+        check_core_parts("TransformerConfig", self)
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
             raise ValueError(
                 f"share_embeddings=True needs one vocabulary, got src_vocab={self.src_vocab} and "
