@@ -23,9 +23,10 @@ TASK = "lm"
 
 
 def lm_inputs(config: LanguageModelConfig, shape: dict[str, int]) -> tuple[torch.Tensor]:
-    """Random token ids of the task's size, ``(B, N)`` with B = ``shape["batch"]``, N = ``shape["context"]``."""
+    """Random token ids of the task's size, ``(B, N)`` with B = ``shape["batch"]``, N = ``shape["max_len"]`` (one
+    window as long as the model's context)."""
     gen = torch.Generator().manual_seed(0)
-    return (torch.randint(0, config.vocab_size, (shape["batch"], shape["context"]), generator=gen),)
+    return (torch.randint(0, config.vocab_size, (shape["batch"], shape["max_len"]), generator=gen),)
 
 
 # What every lm registration shares: the task, the model, its presets and inputs; the default preset is

@@ -135,8 +135,10 @@ class LMTask(Task):
     headline = ("test", "loss")
     extra_columns = (("test", "bits_per_char", "bits/char"),)
     eval_splits = ("test", "valid")
-    delta_shape = TaskShape("lm", DEFAULT_PRESET, {"batch": 1, "context": 64}, ("context",),
-                            "one window of 64 tokens")
+    # One window of max_len tokens: the model's context, a config field, so a run is measured at its own --context
+    # (delta_overrides) and the cost growth builds the model for the longer window (a learned table grows with it).
+    delta_shape = TaskShape("lm", DEFAULT_PRESET, {"batch": 1, "max_len": 64}, ("max_len",),
+                            "one window of 64 tokens (max_len, the model's context)", config_keys=("max_len",))
     predict_options = ("temperature", "top_k", "top_p", "prompt", "max_new_tokens", "seed")
 
     @classmethod

@@ -29,7 +29,7 @@ from zoo.registry import Change, get_variant, register
 
 # Inputs of a few tokens or one small image per model, for one forward pass of its tiny preset.
 IMAGES = {"batch": 2, "image_size": 32, "in_channels": 3}
-SHAPES = {"translation": {"batch": 2, "src_len": 7, "tgt_len": 5}, "lm": {"batch": 2, "context": 9},
+SHAPES = {"translation": {"batch": 2, "src_len": 7, "tgt_len": 5}, "lm": {"batch": 2, "max_len": 9},
           "vit": IMAGES, "swin": IMAGES}
 GLU = ("geglu", "swiglu", "reglu")
 # Which models each entry reaches: what a study of it may compare (the rest say why not; see the next test).

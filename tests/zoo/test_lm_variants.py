@@ -9,7 +9,8 @@ from zoo.analysis.delta import TaskShape, measure
 
 LM_VARIANTS = ("classic", "pre-ln", "learned-pos", "rope", "alibi", "t5-bias", "nope", "gelu", "linear", "moe",
                "rmsnorm", "geglu", "reglu")
-SHAPE = TaskShape("lm", "tiny", {"batch": 2, "context": 16}, ("context",), "two windows of 16 tokens")
+SHAPE = TaskShape("lm", "tiny", {"batch": 2, "max_len": 16}, ("max_len",), "two windows of 16 tokens",
+                  config_keys=("max_len",))
 
 
 def test_the_lm_task_has_the_planned_variants():

@@ -30,7 +30,7 @@ def test_registered_with_one_revertible_change(name, task):
     model = variant.build(variant.config("tiny"))
     reverted = variant.build(variant.config("tiny", **variant.changes[0].revert))
     assert _types(model, part) == {new} and _types(reverted, part) == {classic}
-    inputs = variant.example_input(variant.config("tiny"), {"batch": 2, "src_len": 5, "tgt_len": 4, "context": 6,
+    inputs = variant.example_input(variant.config("tiny"), {"batch": 2, "src_len": 5, "tgt_len": 4, "max_len": 6,
                                                            "image_size": 32, "in_channels": 3})
     assert torch.isfinite(model(*inputs)).all()
 

@@ -118,7 +118,7 @@ def test_an_existing_name_is_refused(tmp_path):
     folder = write_plugin(tmp_path / "a", {"again.py": variant_source(
         "classic", 'Change("ffn", "a", "b", "c", revert={"ffn": "dense"})', tasks='("cifar",)')})
     _refused(folder, rf"plugin {folder / 'again.py'}: registers variant 'classic', which already exists \(for "
-                     r"translation\); give the variant a new name")
+                     r"translation, lm\); give the variant a new name")
     # the same task: the registry refuses it during the import
     folder = write_plugin(tmp_path / "b", {"again2.py": variant_source(
         "rope", 'Change("ffn", "a", "b", "c", revert={"ffn": "dense"})')})
