@@ -23,10 +23,10 @@ from core.embedding import TokenEmbedding, check_token_ids
 from core.ffn import build_ffn
 from core.init import init_weights
 from core.layers import Decoder, DecoderLayer, norm_factory
-from core.model import check_core_parts
+from core.model import check_core_parts, preset_config
 from core.multihead import MultiHeadAttention
 from core.position import LearnedPosition, build_position
-from plumbing.errors import check_bool, check_number, check_positive, check_probability, unknown_name
+from plumbing.errors import check_bool, check_number, check_positive, check_probability
 
 
 @dataclass
@@ -172,10 +172,4 @@ def _drop_biases(module: nn.Module) -> None:
 
 def build_language_model(preset: str | None = None, **overrides: Any) -> LanguageModel:
     """The decoder-only model of a named preset (``tiny``, ``small``, ``base``) with config ``overrides``."""
-    if preset is not None and preset not in PRESETS:
-        raise unknown_name("preset of the language model", preset, PRESETS)
-    fields = LanguageModelConfig.__dataclass_fields__
-    for key in overrides:
-        if key not in fields:
-            raise unknown_name("LanguageModelConfig field", key, fields)
-    return LanguageModel(LanguageModelConfig(**{**PRESETS.get(preset or "base", {}), **overrides}))
+    return LanguageModel(preset_config(LanguageModelConfig, PRESETS, "the language model", preset, overrides))

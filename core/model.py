@@ -205,10 +205,17 @@ class Transformer(nn.Module):
 
 def build_transformer(preset: str | None = None, **overrides) -> Transformer:
     """Build the classic Transformer from a named preset (``tiny``, ``small``, ``base``, ``big``) and overrides."""
-    if preset is not None and preset not in PRESETS:
-        raise unknown_name("preset of 'classic'", preset, PRESETS)
-    fields = TransformerConfig.__dataclass_fields__
+    return Transformer(preset_config(TransformerConfig, PRESETS, "'classic'", preset, overrides))
+
+
+def preset_config(config_class: type, presets: dict[str, dict], model: str, preset: str | None,
+                  overrides: dict[str, Any]) -> Any:
+    """``config_class`` of the named preset (default ``base``) with ``overrides``; an unknown preset or field gets a
+    "did you mean" error naming ``model``'s choices (the builders of the core's models share it)."""
+    if preset is not None and preset not in presets:
+        raise unknown_name(f"preset of {model}", preset, presets)
+    fields = config_class.__dataclass_fields__
     for key in overrides:
         if key not in fields:
-            raise unknown_name("TransformerConfig field", key, fields)
-    return Transformer(TransformerConfig(**{**PRESETS.get(preset or "base", {}), **overrides}))
+            raise unknown_name(f"{config_class.__name__} field", key, fields)
+    return config_class(**{**presets.get(preset or "base", {}), **overrides})
