@@ -140,9 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_doctor_command(sub)
     from tasks.cli.changes import add_changes_command
     from tasks.cli.check import add_check_command
+    from tasks.cli.study import add_study_command
     from tasks.plugins.scaffold import add_scaffold_command
 
     add_changes_command(sub)
+    add_study_command(sub)
     add_check_command(sub)
     add_scaffold_command(sub)
     from tasks.plugins.loader import add_user_dir_flag
