@@ -15,6 +15,7 @@ shifted right.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,10 +158,8 @@ class TranslationTask(Task):
     def setup(self) -> None:
         c: TranslationConfig = self.config
         if c.data is None:
-            from tasks.translation.corpus import generate_corpus
-
-            overrides = {"n_train": c.n_train} if c.n_train else {}
-            self.splits = generate_corpus(seed=c.seed, difficulty=c.difficulty, **overrides)
+            corpus = (c.seed, c.difficulty, c.n_train)
+            self.splits = {name: list(pairs) for name, pairs in _generated_corpus(*corpus).items()}
             kind = "word" if c.tokenizer == "auto" else c.tokenizer
         else:
             from tasks.translation.data import load_parallel
@@ -171,17 +170,17 @@ class TranslationTask(Task):
         if self.restored is not None:
             return  # the run's tokenizer encodes the data; the training rows are not needed to evaluate
         self.tokenizer_kind = kind
-        train = self.splits["train"]
-        self.tokenizer = Tokenizer.train([s for pair in train for s in pair], kind=kind, vocab_size=c.vocab_size)
-        tok = self.tokenizer
-        self.train_src = tok.encode_batch([s for s, _ in train])
-        self.train_tgt = tok.encode_batch([t for _, t in train])
+        if c.data is None:
+            self.tokenizer, src, tgt = _tokenised_corpus(*corpus, kind, c.vocab_size)
+            self.train_src, self.train_tgt = [list(ids) for ids in src], [list(ids) for ids in tgt]
+        else:
+            self.tokenizer, self.train_src, self.train_tgt = _tokenise(self.splits["train"], kind, c.vocab_size)
         lengths = zip(self.train_src, self.train_tgt)
         self.train_rows = [i for i, (s, t) in enumerate(lengths) if 0 < len(s) < c.max_len and len(t) < c.max_len]
         if not self.train_rows:
             shortest = min((max(len(s), len(t)) for s, t in zip(self.train_src, self.train_tgt)), default=0)
-            raise ValueError(f"max_len={c.max_len} keeps none of the {len(train)} training pairs (the shortest has "
-                             f"{shortest} tokens on its longer side); raise --max-len above {shortest}")
+            raise ValueError(f"max_len={c.max_len} keeps none of the {len(self.train_src)} training pairs (the "
+                             f"shortest has {shortest} tokens on its longer side); raise --max-len above {shortest}")
 
     def build_model(self) -> nn.Module:
         c: TranslationConfig = self.config
@@ -297,7 +296,8 @@ class TranslationTask(Task):
             pairs = self.splits[split]
             sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
             greedy = self.translate(model, sources)
-            beam = self.translate(model, sources, "beam")
+            # a beam of one is greedy decoding exactly (core.decoding.beam_search; tests/core/test_decoding.py)
+            beam = greedy if c.beam_size == 1 else self.translate(model, sources, "beam")
             metrics = {f"greedy_{k}": v for k, v in translation_metrics(greedy, refs).items() if k != "signature"}
             metrics.update({f"beam_{k}": v for k, v in translation_metrics(beam, refs).items() if k != "signature"})
             outputs = {"greedy": greedy, "beam": beam}
@@ -361,6 +361,39 @@ class TranslationTask(Task):
                              "the run's own tokenizer.json")
         self.tokenizer_kind = preprocessing["tokenizer_kind"]
         self.config = dataclasses.replace(self.config, **{k: preprocessing[k] for k in SAVED_FIELDS})
+
+
+def _tokenise(train: Sequence[tuple[str, str]], kind: str, vocab_size: int
+              ) -> tuple[Tokenizer, list[list[int]], list[list[int]]]:
+    """A tokenizer trained on both sides of ``train``, and the sources' and targets' ids."""
+    tokenizer = Tokenizer.train([s for pair in train for s in pair], kind=kind, vocab_size=vocab_size)
+    return tokenizer, tokenizer.encode_batch([s for s, _ in train]), tokenizer.encode_batch([t for _, t in train])
+
+
+# A process that trains many runs (a serial sweep, a local launcher's reused worker) generates and tokenises each
+# generated corpus once: generation is deterministic in its settings (tests/tasks/translation). Keyed by every
+# setting that changes the content; a few corpora at a time (a study's seeds at two difficulties); the entries are
+# tuples, and each run gets lists of its own (setup), so no run can change another's data.
+CACHED_CORPORA = 8
+
+
+@functools.lru_cache(maxsize=CACHED_CORPORA)
+def _generated_corpus(seed: int, difficulty: str, n_train: int) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The generated corpus of these settings (``n_train`` 0: the difficulty's default), its splits as tuples."""
+    from tasks.translation.corpus import generate_corpus
+
+    overrides = {"n_train": n_train} if n_train else {}
+    return {name: tuple(pairs) for name, pairs in generate_corpus(seed=seed, difficulty=difficulty,
+                                                                  **overrides).items()}
+
+
+@functools.lru_cache(maxsize=CACHED_CORPORA)
+def _tokenised_corpus(seed: int, difficulty: str, n_train: int, kind: str, vocab_size: int
+                      ) -> tuple[Tokenizer, tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """:func:`_tokenise` of the generated corpus's training split, the ids as tuples. The tokenizer is shared by the
+    runs that ask for it: nothing changes a trained one (restore loads another)."""
+    tokenizer, src, tgt = _tokenise(_generated_corpus(seed, difficulty, n_train)["train"], kind, vocab_size)
+    return tokenizer, tuple(map(tuple, src)), tuple(map(tuple, tgt))
 
 
 def _position_table(model: nn.Module) -> int | None:
