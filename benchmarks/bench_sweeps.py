@@ -25,6 +25,8 @@ Measurements, not tests: nothing is asserted, exit code 0.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -32,6 +34,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from bench_core import bench_parser
 
@@ -57,6 +60,93 @@ def _fixed_costs(out: Path) -> list[float]:
     return fractions
 
 
+# The parts of a run besides its training loop that --breakdown times: (label, owner, attribute); the owners are
+# looked up when it runs (the task class of the sweep's task, the run folder's callback, the trainer's module).
+PARTS = (
+    ("data: corpus or files, tokenizer, encoding", "task", "setup"),
+    ("model build", "task", "build_model"),
+    ("run folder at start: config.json, tokenizer, run.json", "folder", "on_start"),
+    ("best checkpoint reloaded for the test", "trainer", "load_checkpoint"),
+    ("final evaluation: test and test_long", "task", "final_report"),
+    ("report sections: delta analysis, layer statistics", "folder", "section"),
+    ("metrics.json, curves.png, report.md", "folder", "on_finish"),
+)
+
+
+def _argv(task: str, settings: dict, out: Path) -> list[str]:
+    """``zoo train``'s command line for one of the sweep's runs (variant classic, seed 0), one thread."""
+    flags = [[f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+             for key, value in settings.items()]
+    return ["train", task, *sum(flags, []), "--num-threads", "1", "--out", str(out)]
+
+
+@contextlib.contextmanager
+def _timing(task: str, seconds: dict[str, float]):
+    """Add each of :data:`PARTS`' wall time to ``seconds[label]`` while the context lasts."""
+    from tasks.engine import trainer
+    from tasks.engine.registry import task_class
+    from tasks.runs.training import RunFolder
+
+    owners = {"task": task_class(task), "folder": RunFolder, "trainer": trainer}
+
+    def timed(label: str, function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - start
+        return wrapper
+
+    with contextlib.ExitStack() as patches:
+        for label, owner, name in PARTS:
+            target = owners[owner]
+            patches.enter_context(mock.patch.object(target, name, timed(label, getattr(target, name))))
+        yield
+
+
+def breakdown(settings: dict, rounds: int, task: str = "translation") -> None:
+    """Print the fixed cost of one run of the sweep, part by part, in seconds and as % of its training time.
+
+    The run trains in this process on one thread (as in a local launcher's worker on two cores), after a first,
+    untimed run with the same settings: torch, the zoo and the compiler configuration are imported and the
+    per-process caches (the generated corpus and tokenizer, the delta analysis) hold this run's, as in a warm worker
+    that has seen these settings before. "training" is the run's ``train_seconds`` (its loop: steps, each epoch's
+    validation and checkpoints); "other" is the rest of the call (arguments, config, the trainer's set-up). The
+    worker's handoff (a JSON line each way) is not in it: the sweep table's fixed cost per run includes it.
+    """
+    from tasks.cli.main import main as zoo
+
+    with tempfile.TemporaryDirectory() as root:
+        start = time.perf_counter()
+        zoo(_argv(task, settings, Path(root) / "first"))
+        first = time.perf_counter() - start
+        runs: list[dict[str, float]] = []
+        for r in range(rounds):
+            seconds: dict[str, float] = {}
+            out = Path(root) / f"run-{r}"
+            with _timing(task, seconds):
+                start = time.perf_counter()
+                zoo(_argv(task, settings, out))
+                wall = time.perf_counter() - start
+            seconds["training"] = json.loads((out / "metrics.json").read_text())["train_seconds"]
+            seconds["other"] = wall - sum(seconds.values())
+            seconds["wall"] = wall
+            runs.append(seconds)
+    median = {label: statistics.median(run.get(label, 0.0) for run in runs) for label in runs[0]}
+    training = median["training"]
+    print(f"\nfixed cost of one run: {task} classic, seed 0, {settings}; 1 thread; median of {rounds} run(s) after a "
+          f"first one ({first:.1f} s); load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print("| part | s | % of training |")
+    print("|---|---|---|")
+    fixed = [label for label, _, _ in PARTS] + ["other"]
+    for label in ["training", *fixed]:
+        print(f"| {label} | {median.get(label, 0.0):.3f} | {100 * median.get(label, 0.0) / training:.1f} % |")
+    total = median["wall"] - training
+    print(f"| **fixed cost (wall - training)** | **{total:.3f}** | **{100 * total / training:.1f} %** |")
+
+
 def main() -> None:
     parser = bench_parser(__doc__, quick="1 epoch of 512 pairs per run instead of 2 epochs of the default corpus",
                           rounds="rounds per launcher (default 1)", clock=False)
@@ -64,6 +154,8 @@ def main() -> None:
     parser.add_argument("--launchers", default="serial,local,ray", help="comma-separated, serial first")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 2; --quick 1; --study 3)")
     parser.add_argument("--study", action="store_true", help="a study's default run: 3 epochs of the default corpus")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="instead of the sweep: one run's fixed cost, part by part (see breakdown())")
     args = parser.parse_args()
     if args.quick and args.study:
         parser.error("--quick and --study are two sizes of run: give one of them")
@@ -73,6 +165,9 @@ def main() -> None:
                 **({"epochs": 1, "n_train": 512} if args.quick else {"epochs": 3 if args.study else 2})}
     if args.epochs:
         settings["epochs"] = args.epochs
+    if args.breakdown:
+        breakdown(settings, rounds)
+        return
     launchers = [name.strip() for name in args.launchers.split(",")]
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     if "ray" in launchers:
