@@ -189,6 +189,10 @@ class CifarTask(Task):
 
         return predict(run, inputs, out, progress=progress, **options)
 
+    def data_hash(self, split: str) -> str:
+        """The hash of ``split``'s images and labels (``valid`` is the test split's with ``valid_fraction=0``)."""
+        return split_hash(list(self.arrays[split]))
+
     def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch:
         """The first ``n`` images of ``split``, normalised as the model saw them, and their labels."""
         if split not in self.labels:
@@ -476,8 +480,7 @@ class CifarTask(Task):
                         f"![confusion matrix{suffix}]({figure})", ""]
             if self.dist.is_main:
                 plot_confusion(cm, self.class_names, out_dir / figure, title=f"confusion matrix ({split})")
-                images, labels = self.arrays[split]
-                write_records(out_dir, split, self.records(split, logits), split_hash([images, labels]))
+                write_records(out_dir, split, self.records(split, logits), self.data_hash(split))
         lines += [markdown_table([{"split": s, "top-1": m["top1"], "macro-F1": m["macro_f1"], "loss": m["loss"]}
                                   for s, m in results.items()]), "", *details]
         attention = self._attention_figure(model, out_dir, splits[0], first_preds)

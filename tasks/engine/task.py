@@ -190,6 +190,12 @@ class Task:
         """Metrics from all records of a split; must contain ``main_metric``."""
         raise NotImplementedError
 
+    def data_hash(self, split: str) -> str | None:
+        """The SHA-256 (:func:`tasks.runs.records.split_hash`) of the examples ``split`` scores, after
+        :meth:`setup`; ``"valid"`` is what validation reads (the test split's hash when a task validates on test).
+        ``None``: the task does not say (a comparison then cannot check what was scored)."""
+        return None
+
     def final_report(self, model: nn.Module, out_dir, splits: Sequence[str] | None = None
                      ) -> tuple[dict[str, Any], str]:
         """Test-time evaluation after training (and by ``zoo evaluate``) of ``splits`` (default: the task's test

@@ -288,7 +288,7 @@ class LMTask(Task):
         sample = self.sample(model, splits[0])
         if self.dist.is_main:
             for split, rows in records.items():
-                write_records(out_dir, split, rows, split_hash([self.texts[split]]))
+                write_records(out_dir, split, rows, self.data_hash(split))
             for split, rows in curves.items():
                 plot_curves({f"{c.variant} ({split})": rows}, c.context, Path(out_dir) / f"curves_{split}.png")
         section = ["## Test results", "", markdown_table(table), "",
@@ -343,6 +343,10 @@ class LMTask(Task):
             if split not in self.ids:
                 raise unknown_name(f"split of the {self.name} task", split, self.eval_splits)
         return list(splits)
+
+    def data_hash(self, split: str) -> str:
+        """The hash of ``split``'s text."""
+        return split_hash([self.texts[split]])
 
     def doctor_batch(self, split: str = "valid", n: int = 64) -> Batch:
         """The first ``n`` full evaluation windows of ``split``: ids ``(B, L)`` and their next tokens ``(B, L)``."""

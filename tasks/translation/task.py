@@ -229,6 +229,12 @@ class TranslationTask(Task):
         pairs = self.splits[split]
         return pairs[: self.config.eval_size] if split == self.valid_split else pairs
 
+    def data_hash(self, split: str) -> str:
+        """The hash of the sentence pairs ``split`` scores (``valid``: the first ``eval_size`` of the split
+        validation reads)."""
+        pairs = self._eval_pairs(split if split in self.splits else self.valid_split)
+        return split_hash(text for pair in pairs for text in pair)
+
     @torch.no_grad()
     def translate(self, model: nn.Module, sources: list[str], method: str = "greedy", batch_size: int = 64,
                   generator: torch.Generator | None = None, *, beam_size: int | None = None,
@@ -312,7 +318,7 @@ class TranslationTask(Task):
             if self.dist.is_main:
                 records = [{"id": i, "source": src, "reference": ref, **{k: v[i] for k, v in outputs.items()}, **scores}
                            for i, (src, ref, scores) in enumerate(zip(sources, refs, sentence_scores(greedy, refs)))]
-                write_records(out_dir, split, records, split_hash(text for pair in pairs for text in pair))
+                write_records(out_dir, split, records, self.data_hash(split))
         signature = translation_metrics(["a"], ["a"])["signature"]
         results["bleu_signature"] = signature
         sections += [markdown_table(rows), "", f"sacreBLEU signature: `{signature}`", "",
