@@ -103,14 +103,14 @@ def default_lr(task: str) -> float:
 def run_spec(side: Side, seed: int, lr: float, budget: str, settings: dict[str, Any]) -> RunSpec:
     """The run of ``side`` at ``seed`` and learning rate ``lr`` under ``budget`` (``epochs=N``, ``time=S``, ...).
 
-    ``settings``: task config fields every run of the study shares (``--set``), under the cell's dataset's.
+    ``settings``: task config fields every run of the task shares (``--set``), over the cell's dataset's.
     """
     cell = side.cell
     cls = task_class(cell.task)
     from zoo.changes import MODELS
 
     variant = MODELS[cell.model][0]
-    config = cls.config_class(**{**settings, **cell.settings, "variant": variant, "preset": cell.model_preset,
+    config = cls.config_class(**{**cell.settings, **settings, "variant": variant, "preset": cell.model_preset,
                                  "seed": seed, "lr": lr, "progress": False,
                                  "model": side.overrides})
     values = {k: v for k, v in config.to_dict().items() if k not in ("out", "resume")}

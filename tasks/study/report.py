@@ -105,8 +105,10 @@ def write_report(results: dict[str, Any], out: Path) -> str:
                 lines += ["", f"![forest plot of {change}]({name})"]
             lines.append("")
     if results["choices"]:
-        rows = [{"cell": c["cell"], "side": c["side"], "chosen lr": f"{c['chosen']:g}",
-                 **{f"valid {c['metric']} @ {lr}": f"{v:.4g}" for lr, v in c["valid"].items()}}
+        rows = [{"cell": c["cell"], "side": c["side"], "validation metric": c["metric"] + ("" if c["higher_is_better"]
+                                                                                          else " (lower)"),
+                 **{f"@ lr {lr}": f"{v:.4g}" for lr, v in c["valid"].items()}, "chosen lr": f"{c['chosen']:g}",
+                 "validation split": (c.get("valid_hash") or "–")[:19]}
                 for c in results["choices"]]
         lines += ["## Learning rates chosen on validation", "",
                   "Each side of each cell trained once (seed 0) per rate; the best validation value of the task's main "

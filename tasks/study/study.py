@@ -38,7 +38,7 @@ from tasks.engine.config import check_folder
 from tasks.engine.registry import task_class
 from tasks.study.grid import STUDY_EPOCHS, study_cells
 from tasks.study.plan import Pairing, Regime, pairings, regime_runs, unique
-from tasks.study.tune import Choice, choose, parse_tune, tuning_runs
+from tasks.study.tune import Choice, choose, parse_tune, tuning_runs, validation_hash
 from tasks.sweeps.driver import run_sweep
 from tasks.sweeps.launchers import Launch
 from tasks.sweeps.plan import RunSpec
@@ -203,6 +203,9 @@ def run_study(changes: Sequence[str], tasks: Sequence[str], out: str | Path, pre
     for task, (text, epochs) in budgets.items():
         task_sides = [s for s in sides if s.cell.task == task]
         tuning |= tuning_runs(task_sides, lrs, text, {**per_task[task], "epochs": epochs}) if lrs else {}
+    hashes: dict[str, str | None] = {}  # each tuned cell's validation split, checked before any training
+    for (cell, _), specs in tuning.items():
+        hashes[cell] = hashes[cell] if cell in hashes else validation_hash(specs[0])
     record = {"command": command, "changes": [e.name for e in entries], "tasks": list(tasks), "presets": list(presets),
               "datasets": datasets, "data": list(data or []), "seeds": seeds, "budget": budget,
               "budgets": {t: b for t, (b, _) in budgets.items()}, "tune": lrs, "settings": settings or {},
@@ -216,7 +219,8 @@ def run_study(changes: Sequence[str], tasks: Sequence[str], out: str | Path, pre
     regimes: dict[str, dict[tuple[str, str, str], list[RunSpec]]] = {"shared": shared}
     choices: dict[tuple[str, str], Choice] = {}
     if lrs:
-        choices = {key: choose(key[0].split("/")[0], *key, specs, folders) for key, specs in tuning.items()}
+        choices = {key: choose(key[0].split("/")[0], *key, specs, folders, hashes[key[0]])
+                   for key, specs in tuning.items()}
         regimes["tuned"] = runs_of(Regime("tuned", {key: c.chosen for key, c in choices.items()}))
         every = unique(first + [s for specs in regimes["tuned"].values() for s in specs])
         folders = run_sweep(every, out, launch)

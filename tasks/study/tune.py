@@ -49,6 +49,27 @@ def tuning_runs(sides: list[Side], lrs: list[float], budget: str, settings: dict
     return {(s.cell.label, s.label): [run_spec(s, TUNING_SEED, lr, budget, settings) for lr in lrs] for s in sides}
 
 
+def validation_hash(spec: RunSpec) -> str | None:
+    """The hash of the validation split ``spec``'s run chooses on (the task set up without training), checked to
+    differ from the test split's: a task that validates on its test split (translation data without ``valid``,
+    cifar with ``valid_fraction=0``) would let the test split choose, and is refused."""
+    import torch
+
+    from tasks.engine.config import config_from_dict
+    from tasks.engine.distributed import DistInfo
+
+    cls = task_class(spec.task)
+    config = config_from_dict(cls.config_class, {k: v for k, v in spec.config.items() if k != "task"})
+    runner = cls(config, torch.device("cpu"), DistInfo())
+    runner.setup()
+    valid, test = runner.data_hash("valid"), runner.data_hash("test")
+    if valid is not None and valid == test:
+        raise ValueError(f"--tune on {spec.task}: its validation split is its test split, so the choice would read "
+                         "the test split; give data with a validation split (translation: valid.* files; cifar: --set "
+                         "cifar.valid_fraction=0.1)")
+    return valid
+
+
 @dataclass(frozen=True)
 class Choice:
     """One side's learning rate: the validation value at each rate tried and the one kept."""
@@ -59,10 +80,12 @@ class Choice:
     chosen: float
     metric: str  # the validation metric's name (the task's main metric)
     higher_is_better: bool
+    valid_hash: str | None = None  # the validation split's (Task.data_hash("valid"), at the tuning seed)
 
     def to_dict(self) -> dict[str, Any]:
         return {"cell": self.cell, "side": self.side, "metric": self.metric, "higher_is_better": self.higher_is_better,
-                "valid": {f"{lr:g}": v for lr, v in self.valid.items()}, "chosen": self.chosen}
+                "valid": {f"{lr:g}": v for lr, v in self.valid.items()}, "chosen": self.chosen,
+                "valid_hash": self.valid_hash}
 
 
 def validation_value(folder: Path) -> float:
@@ -75,10 +98,12 @@ def validation_value(folder: Path) -> float:
     return float(value)
 
 
-def choose(task: str, cell: str, side: str, runs: list[RunSpec], folders: dict[str, Path]) -> Choice:
-    """The rate of ``runs`` whose run scored best on validation, in the task's direction."""
+def choose(task: str, cell: str, side: str, runs: list[RunSpec], folders: dict[str, Path],
+           valid_hash: str | None = None) -> Choice:
+    """The rate of ``runs`` whose run scored best on validation, in the task's direction; ``valid_hash`` (of
+    :func:`validation_hash`) is recorded with it."""
     cls = task_class(task)
     valid = {float(spec.config["lr"]): validation_value(folders[spec.name]) for spec in runs}
     sign = 1 if cls.higher_is_better else -1
     chosen = max(valid, key=lambda lr: sign * valid[lr])  # max keeps the first of equal values: grid order
-    return Choice(cell, side, valid, chosen, cls.main_metric, cls.higher_is_better)
+    return Choice(cell, side, valid, chosen, cls.main_metric, cls.higher_is_better, valid_hash)
