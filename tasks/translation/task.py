@@ -38,7 +38,13 @@ from tasks.engine.task import Task
 from tasks.runs.records import split_hash, write_records
 from tasks.translation import paired
 from tasks.translation.corpus import DIFFICULTIES
-from tasks.translation.metrics import bleu_by_length, sentence_scores, translation_metrics
+from tasks.translation.metrics import (
+    bleu_by_length,
+    bleu_signature,
+    bleu_statistics,
+    sentence_scores,
+    translation_metrics,
+)
 from tasks.translation.tokenizer import KINDS, SPECIALS, Tokenizer
 from zoo.analysis.delta import TaskShape
 from zoo.analysis.doctor import Batch, entropy, seq2seq_batch
@@ -304,8 +310,10 @@ class TranslationTask(Task):
             greedy = self.translate(model, sources)
             # a beam of one is greedy decoding exactly (core.decoding.beam_search; tests/core/test_decoding.py)
             beam = greedy if c.beam_size == 1 else self.translate(model, sources, "beam")
-            metrics = {f"greedy_{k}": v for k, v in translation_metrics(greedy, refs).items() if k != "signature"}
-            metrics.update({f"beam_{k}": v for k, v in translation_metrics(beam, refs).items() if k != "signature"})
+            stats = bleu_statistics(greedy, refs)  # sacreBLEU tokenises the greedy translations once for 3 scores
+            scored = {"greedy": translation_metrics(greedy, refs, stats)}
+            scored["beam"] = scored["greedy"] if beam is greedy else translation_metrics(beam, refs)
+            metrics = {f"{how}_{k}": v for how, m in scored.items() for k, v in m.items() if k != "signature"}
             outputs = {"greedy": greedy, "beam": beam}
             if c.temperature > 0:
                 gen = torch.Generator(device=self.device).manual_seed(c.seed)
@@ -313,13 +321,14 @@ class TranslationTask(Task):
                 metrics[f"sample_t{c.temperature:g}_bleu"] = translation_metrics(outputs["sample"], refs)["bleu"]
             results[split] = metrics
             rows.append({"split": split, "sentences": len(pairs), **metrics})
-            buckets += [{"split": split, **b} for b in bleu_by_length(sources, greedy, refs)]
+            buckets += [{"split": split, **b} for b in bleu_by_length(sources, greedy, refs, stats)]
             samples += [(split, s, r, h) for s, r, h in list(zip(sources, refs, greedy))[:3]]
             if self.dist.is_main:
                 records = [{"id": i, "source": src, "reference": ref, **{k: v[i] for k, v in outputs.items()}, **scores}
-                           for i, (src, ref, scores) in enumerate(zip(sources, refs, sentence_scores(greedy, refs)))]
+                           for i, (src, ref, scores) in enumerate(zip(sources, refs, sentence_scores(greedy, refs,
+                                                                                                      stats)))]
                 write_records(out_dir, split, records, self.data_hash(split))
-        signature = translation_metrics(["a"], ["a"])["signature"]
+        signature = bleu_signature()
         results["bleu_signature"] = signature
         sections += [markdown_table(rows), "", f"sacreBLEU signature: `{signature}`", "",
                      "### BLEU by source length (greedy)", "", markdown_table(buckets), "",
