@@ -100,3 +100,57 @@ def test_a_beam_of_one_reuses_the_greedy_translations(tmp_path, monkeypatch):
     task.config.beam_size = 2
     task.final_report(model, tmp_path / "run")
     assert len(beams) > 0  # a real beam still searches
+
+
+def _corpus_pairs(n: int) -> tuple[list[str], list[str], list[str]]:
+    """Sources, references and imperfect hypotheses (some exact, some cut, some empty) of the generated corpus."""
+    pairs = tasks.translation.corpus.generate_corpus(seed=3, n_train=50)["test_long"][:n]
+    sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
+    hyps = [r if i % 3 == 0 else ("" if i % 7 == 1 else " ".join(r.split()[: 2 + i % 9])) for i, r in enumerate(refs)]
+    return sources, refs, hyps
+
+
+def test_bleu_from_the_statistics_equals_sacrebleus_own_scores_to_the_last_digit():
+    from sacrebleu.metrics import BLEU, CHRF
+
+    from tasks.translation.metrics import (
+        LENGTH_BUCKETS,
+        bleu_by_length,
+        bleu_statistics,
+        sentence_scores,
+        translation_metrics,
+    )
+
+    sources, refs, hyps = _corpus_pairs(120)
+    stats = bleu_statistics(hyps, refs)
+    assert translation_metrics(hyps, refs, stats)["bleu"] == BLEU(force=True).corpus_score(hyps, [refs]).score
+    buckets = [[i for i, s in enumerate(sources) if low <= len(s.split()) <= high] for low, high in LENGTH_BUCKETS]
+    expected = [BLEU(force=True).corpus_score([hyps[i] for i in idx], [[refs[i] for i in idx]]).score
+                for idx in buckets if idx]
+    assert [row["bleu"] for row in bleu_by_length(sources, hyps, refs, stats)] == expected and len(expected) >= 2
+    bleu, chrf = BLEU(effective_order=True), CHRF()
+    assert sentence_scores(hyps, refs, stats) == [{"chrf": chrf.sentence_score(h, [r]).score,
+                                                   "bleu": bleu.sentence_score(h, [r]).score}
+                                                  for h, r in zip(hyps, refs)]
+    with pytest.raises(ValueError, match="rows of BLEU statistics for 119 hypotheses"):
+        sentence_scores(hyps[1:], refs[1:], stats)
+
+
+def test_the_final_evaluation_tokenises_each_split_once_for_bleu(tmp_path, monkeypatch):
+    from sacrebleu.metrics import BLEU
+
+    task = _set_up(tmp_path, beam_size=1, n_train=0)
+    torch.manual_seed(0)
+    model = task.build_model().eval()
+    task.splits = {"test": task.splits["test"][:30], "test_long": task.splits["test_long"][:20]}
+    passes = []
+    real = BLEU._extract_corpus_statistics
+
+    def counted(self, hypotheses, references):
+        passes.append(len(hypotheses))
+        return real(self, hypotheses, references)
+
+    monkeypatch.setattr(BLEU, "_extract_corpus_statistics", counted)
+    (tmp_path / "run").mkdir()
+    task.final_report(model, tmp_path / "run")
+    assert sorted(n for n in passes if n > 1) == [20, 30]  # one pass over each split; the signature's is of 1
