@@ -41,7 +41,9 @@ def add_study_command(sub: argparse._SubParsersAction) -> None:
                                    "again, it reuses finished runs. `zoo changes` lists the changes.")
     p.add_argument("changes", help="comma-separated names from `zoo changes`, e.g. pre-ln,rmsnorm,swiglu,rope")
     p.add_argument("--tasks", default="translation,lm,cifar", help="comma-separated (default translation,lm,cifar)")
-    p.add_argument("--presets", default="tiny", help="comma-separated model sizes (default tiny; e.g. tiny,small)")
+    p.add_argument("--presets", default="tiny",
+                   help="comma-separated scales (default tiny): tiny (32 wide), small (128 wide: translation mini, lm "
+                        "small, ViT cpu) or a model's own preset")
     p.add_argument("--datasets", default="first", choices=("first", "embedded", "none"),
                    help="embedded data per task: first (default: one), embedded (two: a second difficulty or size), "
                         "none (only --data)")

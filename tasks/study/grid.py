@@ -17,9 +17,9 @@ Datasets that need nothing downloaded (:data:`DATASETS`), two per task, at two d
 A user's folder joins with ``--data TASK=PATH`` (a Multi30k-style translation folder, a text corpus, a CIFAR or
 Fashion-MNIST folder): it is a dataset named after the folder, read as ``zoo train TASK --data PATH`` reads it.
 
-Presets: a study's presets are size names each task's model must know (``tiny``, ``small``); ViT's second size is
-called ``cpu`` (:data:`PRESET_ALIASES` maps ``small`` to it), and a name no model knows is an error naming the sizes
-it has.
+Presets: a study's presets are scales (:data:`SCALES`): ``tiny`` is each model's tiny preset (32 wide), ``small`` a
+CPU-sized second scale 128 wide (translation's ``mini``, the language model's ``small``, ViT's ``cpu``); any other
+name is taken as each model's own preset of that name, and a name a model lacks is an error naming the ones it has.
 """
 
 from __future__ import annotations
@@ -40,8 +40,11 @@ DATASETS: dict[str, dict[str, dict[str, Any]]] = {
     "lm": {"shakespeare-char": {"tokenizer": "char"}, "shakespeare-bpe": {"tokenizer": "bpe", "vocab_size": 512}},
     "cifar": {"fmnist": {"valid_fraction": 0.1}, "fmnist-2500": {"valid_fraction": 0.5}},
 }
-# A study's preset name -> the model's own, where the model calls that size otherwise.
-PRESET_ALIASES: dict[str, dict[str, str]] = {"cifar": {"small": "cpu"}}
+# A study's scales -> each task model's preset: `small` is the CPU-sized second scale, 128 wide everywhere
+# (translation's mini: 2+2 layers; the language model's small: 4 layers, nanoGPT's; ViT's cpu: 4 layers, patch 4).
+SCALES: dict[str, dict[str, str]] = {"translation": {"tiny": "tiny", "small": "mini"},
+                                     "lm": {"tiny": "tiny", "small": "small"},
+                                     "cifar": {"tiny": "tiny", "small": "cpu"}}
 # Epochs of a study's default run per task: a few seconds to a few tens of seconds of training at `tiny` on one core,
 # long enough that the base learns (translation ~0.9 BLEU in 3 epochs of `easy`, lm 2.5 nats/char after 1 epoch).
 STUDY_EPOCHS: dict[str, int] = {"translation": 3, "lm": 1, "cifar": 5}
@@ -81,11 +84,12 @@ class StudyCell:
 
 
 def model_preset(task: str, preset: str) -> str:
-    """The preset of ``task``'s base model that the study's ``preset`` names (see :data:`PRESET_ALIASES`)."""
+    """The preset of ``task``'s base model that the study's ``preset`` names: a scale of :data:`SCALES`, else the
+    model's own preset of that name."""
     from zoo.changes import MODELS
 
     presets = get_variant(*MODELS[TASK_MODELS[task]]).presets
-    name = preset if preset in presets else PRESET_ALIASES.get(task, {}).get(preset, preset)
+    name = SCALES[task].get(preset, preset)
     if name not in presets:
         raise unknown_name(f"preset of {task}'s base model (--presets)", preset, presets)
     return name

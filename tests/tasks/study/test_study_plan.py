@@ -19,8 +19,10 @@ def test_cells_cover_tasks_datasets_and_presets():
     assert len(cells) == 3 * 2 * 2
     assert [c.label for c in cells[:4]] == ["translation/easy/tiny", "translation/easy/small",
                                             "translation/medium/tiny", "translation/medium/small"]
-    # ViT calls its second size "cpu"; the study's "small" reaches it
-    assert {c.model_preset for c in cells if c.task == "cifar"} == {"tiny", "cpu"}
+    # the study's "small" is 128 wide in every task: translation's mini, lm's small, ViT's cpu
+    assert {(c.task, c.model_preset) for c in cells if c.preset == "small"} == {
+        ("translation", "mini"), ("lm", "small"), ("cifar", "cpu")}
+    assert model_preset("translation", "base") == "base"  # a model's own preset name
     assert [c.dataset for c in study_cells(["lm"], ["tiny"], "first")] == ["shakespeare-char"]
     # two embedded datasets per task, differing in difficulty or size
     for task, datasets in DATASETS.items():
