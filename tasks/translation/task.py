@@ -177,8 +177,7 @@ class TranslationTask(Task):
             return  # the run's tokenizer encodes the data; the training rows are not needed to evaluate
         self.tokenizer_kind = kind
         if c.data is None:
-            self.tokenizer, src, tgt = _tokenised_corpus(*corpus, kind, c.vocab_size)
-            self.train_src, self.train_tgt = [list(ids) for ids in src], [list(ids) for ids in tgt]
+            self.tokenizer, self.train_src, self.train_tgt = _tokenised_corpus(*corpus, kind, c.vocab_size)
         else:
             self.tokenizer, self.train_src, self.train_tgt = _tokenise(self.splits["train"], kind, c.vocab_size)
         lengths = zip(self.train_src, self.train_tgt)
@@ -222,8 +221,8 @@ class TranslationTask(Task):
 
     def loss(self, model: nn.Module, rows: Sequence[int]) -> tuple[Tensor, float]:
         tok = self.tokenizer
-        src = pad_batch([self.train_src[i] + [tok.eos_id] for i in rows], tok.pad_id, self.device)
-        tgt = pad_batch([[tok.bos_id] + self.train_tgt[i] + [tok.eos_id] for i in rows], tok.pad_id, self.device)
+        src = pad_batch([[*self.train_src[i], tok.eos_id] for i in rows], tok.pad_id, self.device)
+        tgt = pad_batch([[tok.bos_id, *self.train_tgt[i], tok.eos_id] for i in rows], tok.pad_id, self.device)
         logits = model(src, tgt[:, :-1])  # teacher forcing: inputs are the target shifted right
         labels = tgt[:, 1:]
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=tok.pad_id,
@@ -388,7 +387,8 @@ def _tokenise(train: Sequence[tuple[str, str]], kind: str, vocab_size: int
 # A process that trains many runs (a serial sweep, a local launcher's reused worker) generates and tokenises each
 # generated corpus once: generation is deterministic in its settings (tests/tasks/translation). Keyed by every
 # setting that changes the content; a few corpora at a time (a study's seeds at two difficulties); the entries are
-# tuples, and each run gets lists of its own (setup), so no run can change another's data.
+# tuples (the training ids too, which runs share), and each run gets split lists of its own (setup), so no run can
+# change another's data.
 CACHED_CORPORA = 8
 
 
