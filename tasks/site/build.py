@@ -112,8 +112,11 @@ def _index(rows: list[dict], pages: dict, lessons: list[dict], comparisons: list
         "<p class='muted'>A lesson not run yet shows the command that runs it (minutes each); <code>zoo site "
         "--run-lessons</code> runs every missing one into the site's <code>lab/</code> folder (or "
         "<code>--lesson-runs DIR</code>).</p>\n")
-    compare = "".join(f"<li><a href='{c['page']}'>{escape(c['title'])}</a> <span class='muted'>({escape(c['name'])})"
-                      f"</span></li>" for c in comparisons) or "<li class='muted'>None given (zoo site --runs DIR)</li>"
+    def listed(kind: str, command: str) -> str:
+        return "".join(f"<li><a href='{c['page']}'>{escape(c['title'])}</a> <span class='muted'>({escape(c['name'])})"
+                       f"</span></li>" for c in comparisons if c["kind"] == kind) or \
+            f"<li class='muted'>None given (zoo site --runs DIR, DIR a <code>{command}</code> output)</li>"
+
     return (
         "<h1>The Transformer variant zoo</h1>\n<p>The classic Transformer and its famous variants, each a declared "
         "patch on it: what each changed and why, the code beside the classic code, and what the change measures. "
@@ -122,5 +125,8 @@ def _index(rows: list[dict], pages: dict, lessons: list[dict], comparisons: list
                                                      "preset", "zoo check"], variant_rows_html) +
         "\n<h2 id='lessons'>Lessons</h2>\n" + missing + table(["lesson", "part", "question", "expected direction"],
                                                    lesson_rows) +
-        f"\n<h2 id='comparisons'>Comparisons</h2>\n<ul>{compare}</ul>"
+        f"\n<h2 id='comparisons'>Comparisons</h2>\n<ul>{listed('comparison', 'zoo compare')}</ul>"
+        "\n<h2 id='studies'>Studies: general or task-specific?</h2>\n<p>One change across tasks, datasets and "
+        "presets against a noise floor, its pooled effect and its measured scope beside the declared one.</p>\n"
+        f"<ul>{listed('study', 'zoo study')}</ul>"
     )

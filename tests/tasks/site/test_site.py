@@ -121,3 +121,18 @@ def test_the_conformance_heading_counts_n_a_rows_apart(monkeypatch):
     monkeypatch.setattr(check, "check_variant", lambda *args, **kw: [check.Report("x", "cifar", rows, 1.0)])
     head, verdict = _check("x", "cifar", "tiny")
     assert verdict == "PASS" and "1 of 1 checks passed, 2 n/a:" in head
+
+
+def test_a_study_is_listed_under_studies_with_its_forest_plots(site, tmp_path):
+    study = tmp_path / "study-rmsnorm"
+    study.mkdir()
+    (study / "study.json").write_text("{}")
+    (study / "results.json").write_text("{}")
+    (study / "forest-rmsnorm-shared.png").write_bytes(b"\x89PNG not really")
+    (study / "report.md").write_text("# zoo study: rmsnorm\n\n![forest plot of rmsnorm](forest-rmsnorm-shared.png)\n")
+    build_site(tmp_path / "s", [study], site.root / "lab", ["classic"], check=False, progress=False)
+    index = (tmp_path / "s" / "index.html").read_text()
+    studies = index.split("id='studies'", 1)[1]
+    assert "comparisons/study-rmsnorm/index.html" in studies and "zoo study: rmsnorm" in studies
+    assert "study-rmsnorm" not in index.split("id='studies'", 1)[0].split("id='comparisons'", 1)[1]
+    assert (tmp_path / "s" / "comparisons" / "study-rmsnorm" / "forest-rmsnorm-shared.png").is_file()
