@@ -34,7 +34,7 @@ LAYERS = ("plumbing", "core", "zoo", "tasks")
 FLOORS = (
     ("plumbing", -1), ("core", 0), ("zoo.analysis", 2), ("zoo", 1),
     ("tasks.engine", 3), ("tasks.runs", 4), ("tasks.sweeps", 5),
-    ("tasks.compare", 6), ("tasks.plugins", 6), ("tasks.doctor", 6),
+    ("tasks.compare", 6), ("tasks.plugins", 6), ("tasks.doctor", 6), ("tasks.study", 7),
     ("tasks.translation", 7), ("tasks.cifar", 7), ("tasks.medseg", 7), ("tasks.lm", 7),
     ("tasks.lab", 8), ("tasks.site", 9), ("tasks.cli", 10),
 )
