@@ -120,6 +120,10 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
         except json.JSONDecodeError as error:
             raise ValueError(f"sweep file {path} is not valid JSON ({error}); name a TOML file *.toml") from None
     if isinstance(spec, dict) and isinstance(spec.get("sweep"), dict):  # an earlier sweep's sweep.json
+        study = path.parent / "study.json"
+        if not spec["sweep"] and study.is_file():
+            command = json.loads(study.read_text()).get("command") or "the zoo study command that wrote it"
+            raise ValueError(f"{path} is a zoo study's sweep; resume it by running the study again: {command}")
         spec = spec["sweep"]
     if not isinstance(spec, dict):
         raise ValueError(f"sweep file {path} holds a {type(spec).__name__}, not a table of settings")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tasks.study.study import run_study
-from tasks.sweeps.plan import config_hash
+from tasks.sweeps.plan import config_hash, read_sweep_file
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +86,8 @@ def test_rerun_reuses_every_run_and_gives_the_same_verdicts(study):
     assert again["analyses"]["rmsnorm"]["shared"]["cells"] == results["analyses"]["rmsnorm"]["shared"]["cells"]
     assert again["choices"] == results["choices"]
     # a run folder's name carries its config hash: another budget is other runs, never a silent reuse
+    with pytest.raises(ValueError, match="a zoo study's sweep; resume it by running the study again"):
+        read_sweep_file(out / "sweep.json")
     name = results["analyses"]["gelu"]["shared"]["cells"][0]["runs"]["new"][0]
     config = json.loads((out / name / "config.json").read_text())
     assert name.endswith(config_hash(config["task"], config, "epochs=1"))
