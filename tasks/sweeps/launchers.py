@@ -13,9 +13,11 @@ and resources, ``submitit`` is SLURM (job arrays, requeue on time-out) or submit
   per worker; a run that kills its worker fails alone, and a fresh worker takes the next run.
 * ``ray``: each run a Ray task with ``--resources cpu=C,gpu=G`` (default cpu=1), on the cluster ``RAY_ADDRESS``
   names (``ray start --head`` first), else on a local one started for the sweep and stopped after it. A worker that
-  sees the sweep's folder (a shared file system) trains in it; one that does not gets the run folder (its config,
-  and its checkpoint when it resumes) with the task, trains in a temporary copy and sends the folder back through
-  Ray, logs included (:func:`~tasks.sweeps.process.run_anywhere`).
+  sees the sweep's folder (a shared file system) trains in it, in a worker process of the local launcher's kind that
+  the Ray worker keeps for its next tasks (:func:`~tasks.sweeps.worker.run_in_kept_worker`: torch's import once per
+  Ray worker); one that does not gets the run folder (its config, and its checkpoint when it resumes) with the task,
+  trains in a temporary copy and sends the folder back through Ray, logs included
+  (:func:`~tasks.sweeps.process.run_anywhere`).
 * ``submitit``: one job per run, submitted as a SLURM job array when SLURM is there (``--slurm-partition``,
   ``--slurm-time`` minutes, ``--slurm-gpus-per-node``; ``--resources cpu=C`` per task); SLURM's time-out signal
   makes the run checkpoint and the job requeue itself (submitit's checkpointing). With ``gpu=G > 1`` a job runs G
@@ -40,16 +42,8 @@ from tasks.engine.registry import task_class
 from tasks.engine.trainer import PreemptedError
 from tasks.runs.training import train
 from tasks.sweeps.plan import RunSpec
-from tasks.sweeps.process import (
-    Job,
-    SubmititRun,
-    pack_folder,
-    resumable,
-    run_anywhere,
-    signal_run,
-    unpack_folder,
-)
-from tasks.sweeps.worker import WorkerPool
+from tasks.sweeps.process import Job, SubmititRun, pack_folder, resumable, signal_run, unpack_folder
+from tasks.sweeps.worker import WorkerPool, run_in_kept_worker
 
 LAUNCHERS = ("serial", "local", "ray", "submitit")
 EXTRAS = {"ray": ("ray", "ray"), "submitit": ("submitit", "slurm")}  # launcher: (module, the extra to install)
@@ -227,7 +221,7 @@ class RayLauncher(Launcher):
         self.address = os.environ.get("RAY_ADDRESS") or "a local cluster started for this sweep"
         self.capacity = jobs  # Ray queues what its resources cannot hold yet; --jobs bounds what we hand it
         self.remote = ray.remote(num_cpus=self.resources["cpu"], num_gpus=self.resources["gpu"],
-                                 max_retries=0)(run_anywhere)
+                                 max_retries=0)(run_in_kept_worker)
 
     def threads(self) -> int:
         return max(1, int(self.resources["cpu"]))

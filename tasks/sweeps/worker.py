@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.sweeps.process import LOG_FILE, PID_FILE, Job
+from tasks.sweeps.process import LOG_FILE, PID_FILE, Job, run_anywhere
 
 WORKER_MODULE = "tasks.cli.worker"  # started with python -m; see its docstring
 
@@ -154,3 +154,24 @@ class WorkerPool:
                 worker.process.wait()
         self.workers = []
 
+
+
+# The pool of the process that calls run_in_kept_worker: a Ray worker keeps its zoo worker from one task to the next.
+_KEPT: WorkerPool | None = None
+
+
+def run_in_kept_worker(job: Job, packed: bytes) -> tuple[int, bytes | None]:
+    """What a Ray task calls: the run in a worker process that the calling process keeps for its next runs, so a Ray
+    worker (which Ray itself reuses from task to task) pays torch's import once, not once per run, as the local
+    launcher's workers do; returns (the run's exit status, None). Where the run folder is not visible (a node
+    without the sweep's file system), it trains as :func:`~tasks.sweeps.process.run_anywhere` trains it, in a
+    process of its own on a copy made from ``packed``, and the folder comes back packed."""
+    global _KEPT
+    if not Path(job.folder, "config.json").is_file():
+        return run_anywhere(job, packed)
+    if _KEPT is None:
+        _KEPT = WorkerPool(1)
+    _KEPT.submit(job)
+    while not (ended := _KEPT.ended(60.0)):
+        pass
+    return ended[0][1], None
