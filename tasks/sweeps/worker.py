@@ -16,6 +16,8 @@ What a process of its own per run guaranteed still holds: SIGTERM during a run m
 native code, ``os._exit``) costs that run, whose status is the process's, and the launcher starts a fresh worker for
 the next one (:class:`WorkerPool`). Each run seeds every random stream itself and sets its thread count, so what a
 run before it did in the same process does not change its numbers (tests/tasks/sweeps: identical to serial).
+
+The Ray launcher's tasks use the same workers: each Ray worker keeps a pool of one (:func:`run_in_kept_worker`).
 """
 
 from __future__ import annotations
