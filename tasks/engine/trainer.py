@@ -35,6 +35,7 @@ from plumbing.atomic import write_text_atomic
 from tasks.engine.budget import TrainingFlopCounter, parse_budget
 from tasks.engine.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tasks.engine.distributed import all_reduce_sum, gather_records, init_distributed, select_device, shard
+from tasks.engine.memory import peak_memory
 from tasks.engine.mfu import run_utilisation
 from tasks.engine.precision import Precision, probe_training, resolve, training_step
 from tasks.engine.pretrained import freeze, initialise
@@ -455,6 +456,7 @@ class Trainer:
             "train_seconds": costs["train_seconds"],  # every session's training loop, evaluation included
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "items_per_s": costs["items"] / max(costs["step_seconds"], 1e-9),
+            "peak_memory": peak_memory(self.device),  # MiB and its kind (tasks.engine.memory)
             "precision": self.precision_used,
             "precision_reason": self.precision.reason,
             "utilisation": run_utilisation(self),  # training FLOP/s and MFU (tasks.engine.mfu)
