@@ -79,15 +79,23 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         given = [flag for flag, value in (("--variants", args.variants), ("--epochs", args.epochs),
                                           ("--seeds", args.seeds), ("--budget", args.budget), ("--set", args.set),
                                           ("--model-set", args.model_set), ("--launcher", args.launcher),
-                                          ("--jobs", args.jobs)) if value is not None]
+                                          ("--jobs", args.jobs), ("--folds", args.folds), ("--data", args.data))
+                 if value is not None]
         if given:
             raise ValueError(f"--runs compares finished runs and trains nothing; drop {', '.join(given)}")
         comparison = compare_runs(args.task, args.runs, out, args.alpha, args.baseline)
     else:
         variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
+        config = _budget(args, cls)
+        if args.data:
+            config["data"] = args.data  # one folder, or several compared under --folds
         comparison = compare(args.task, variants, out, _seeds(args), args.budget, args.alpha, args.baseline,
-                             args.allow_undeclared, launch_from_args(args), **_budget(args, cls))
-    print_comparison(comparison, out)
+                             args.allow_undeclared, launch_from_args(args), args.folds, **config)
+    if "datasets" in comparison:  # --folds on several datasets: a table per dataset, then across them
+        print(comparison["table"])
+        print(f"written to {out}/ (report.md, results.json; each dataset's report in its folder)")
+    else:
+        print_comparison(comparison, out)
     return 0
 
 
@@ -152,6 +160,13 @@ def add_task_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", nargs="+", metavar="DIR", default=None,
                    help="compare these finished runs or zoo evaluate folders instead of training (grouped by variant)")
     p.add_argument("--baseline", default=None, help="the variant every other is tested against (default: the task's)")
+    p.add_argument("--folds", type=int, default=None, metavar="K",
+                   help="cross-validate (tasks with folds: zoo cv's): every variant trains the same K folds, each "
+                        "case is predicted once by the fold that held it out, and the variants are paired case by "
+                        "case over the folds; the mean over folds is reported beside")
+    p.add_argument("--data", action="append", default=None, metavar="DIR",
+                   help="the dataset folder of every run; repeat it with --folds for a table per dataset and the "
+                        "cross-dataset statistics of zoo study (`embedded`, `embedded:NAME`: the task's own data)")
     _budget_arguments(p, out="runs/compare-TASK")
     p.set_defaults(func=_cmd_compare)
 

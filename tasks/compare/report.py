@@ -18,8 +18,10 @@ from tasks.runs.records import _plain
 
 COST_LINE = ("- Cost: GFLOPs = forward FLOPs of one input at the task's size (zoo diff's counter: 2·MACs of "
              "matmuls, convolutions and attention); steps = optimizer steps; train TFLOPs (FLOP budgets) = 3 × "
-             "the forward FLOPs of every step's batches; items/s and wall s = training throughput and time. "
-             "All means over seeds.")
+             "the forward FLOPs of every step's batches; items/s and wall s = training throughput and time (under "
+             "--folds: of all folds together); peak MiB = the largest peak memory of the runs "
+             "(torch.cuda.max_memory_allocated on a GPU, else the process's peak RSS, which under --launcher serial "
+             "includes the runs before it in the process). All means over seeds.")
 
 
 def _num(value: float | None, signed: bool = False) -> str:
@@ -68,6 +70,7 @@ def main_table(comparison: dict[str, Any]) -> str:
     verdict = "verdict" if kind == "compare" else "with the change vs without"
     secondary = [k for k, m in comparison["metrics"].items() if m["role"] == "secondary"]
     flops = any(r.get("train_TFLOPs") is not None for r in comparison["rows"])
+    memory = any(r.get("peak MiB") is not None for r in comparison["rows"])  # runs before metrics.json had it: none
     others = _other_keys([r["metrics"][key] for r in comparison["rows"]])
     rows = []
     for r in comparison["rows"]:
@@ -84,9 +87,20 @@ def main_table(comparison: dict[str, Any]) -> str:
                     "seed-aware verdict": stat.get("seed_verdict", "–")})
         for k in secondary:
             row[_title(comparison["metrics"][k])] = r["metrics"].get(k, {}).get("mean")
+        if "over_folds" in r:  # a cross-validation (tasks.compare.folds): each fold's own score, mean ± SD
+            row[f"{_title(meta)} over folds (mean ± SD)"] = mean_sd(r["over_folds"].get(key, {}))
         row.update({"items/s": r["items/s"], "wall s": r["wall s"]})
+        if memory:
+            row["peak MiB"] = r.get("peak MiB")
         rows.append(row)
     return markdown_table(rows)
+
+
+def mean_sd(stats: dict[str, Any]) -> str:
+    """``0.8123 ± 0.01`` of ``{"mean", "sd"}`` (``–`` without a mean; the mean alone without an SD)."""
+    if stats.get("mean") is None:
+        return "–"
+    return _num(stats["mean"]) + (f" ± {_num(stats['sd'])}" if stats.get("sd") is not None else "")
 
 
 def _tested(comparison: dict[str, Any], keys: list[str]) -> list[tuple[str, dict, dict]]:

@@ -203,7 +203,8 @@ def _cost(task_name: str, runs: list[RunResult], run, parts: str | None) -> dict
             "steps": _mean([t["history"][-1]["step"] for t in trained if t["history"]]),
             "train_TFLOPs": None if not spent or None in spent else _mean(spent) / 1e12,
             "items/s": _mean([t["items_per_s"] for t in trained]),
-            "wall s": _mean([t["train_seconds"] for t in trained])}
+            "wall s": _mean([t["train_seconds"] for t in trained]),
+            "peak MiB": max((t["peak_memory"]["mb"] for t in trained if t.get("peak_memory")), default=None)}
 
 
 def budget_text(result: RunResult) -> str:
@@ -218,14 +219,17 @@ def budget_text(result: RunResult) -> str:
 
 def build_comparison(task_name: str, groups: dict[str, list[RunResult]], reference: str, out: Path,
                      kind: str = "compare", alpha: float = 0.05, parts: dict[str, str] | None = None,
-                     title: str | None = None, launch: Launch | None = None) -> dict[str, Any]:
+                     title: str | None = None, launch: Launch | None = None, scored_on: str | None = None,
+                     extra: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The comparison of finished runs grouped by label (each group: one variant's seeds) against
     ``reference``; writes results.json, report.md and the plots under ``out``.
 
     The reference's row comes first. ``kind="compare"`` reports each variant against the reference (the
     baseline); ``kind="ablate"`` reports the reference (the full variant) against each row (the variant
-    without one change): Δ is what the change bought. Returns the comparison dict written to results.json,
-    plus ``"table"``, the main markdown table.
+    without one change): Δ is what the change bought. ``scored_on``: what the examples are, when not the test
+    split (a cross-validation's pooled folds, :mod:`tasks.compare.folds`); ``extra``: fields added to each
+    label's row (its mean over folds). Returns the comparison dict written to results.json, plus ``"table"``, the
+    main markdown table.
     """
     check_alpha(alpha)
     groups = {reference: groups[reference], **groups}  # the reference's row first, the others in their order
@@ -253,7 +257,7 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
         row = {"variant": label, **_cost(task_name, runs, run, (parts or {}).get(label)), "seeds": len(runs),
                "runs": [str(r.path) for r in runs], "metric": metrics[0].key,
                "metrics": {m.key: stats[m.key][label] for m in metrics},
-               "undeclared": [d.to_dict() for d in undeclared[label]]}
+               "undeclared": [d.to_dict() for d in undeclared[label]], **(extra or {}).get(label, {})}
         headline = {"delta": 0.0, "delta_ci95": None, "p_value": None, "p_value_holm": None, "test": None,
                     "other_p_values": None, "seed_delta_ci95": None, "seed_p_value_holm": None, "seed_verdict": None,
                     "verdict": "baseline" if kind == "compare" else "full variant", **row["metrics"][metrics[0].key]}
@@ -264,7 +268,8 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
         "title": title or f"zoo compare {task_name}", "kind": kind, "task": task_name, "reference": reference,
         "alpha": alpha, "headline": metrics[0].key, "budget": budgets,
         "ci95_method": "; ".join(dict.fromkeys(r["ci95_method"] for r in rows)),
-        "preamble": _preamble(kind, reference, groups, budgets, metrics[0], undeclared) + _launch_text(out, launch),
+        "preamble": _preamble(kind, reference, groups, budgets, metrics[0], undeclared, scored_on)
+        + _launch_text(out, launch),
         "metrics": {m.key: {"title": m.title, "unit": m.unit, "split": m.split, "higher_is_better": m.higher_is_better,
                             "role": m.role, "tests": list(dict.fromkeys(describe_test(m, stats[m.key][row]["test"])
                                                                         for row, _, _ in pairs))}
@@ -299,15 +304,16 @@ def _run_undeclared(task_name: str, result: RunResult, registration: Variant | N
 
 
 def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], budgets: dict[str, str], metric,
-              undeclared: dict[str, list[Difference]]) -> str:
+              undeclared: dict[str, list[Difference]], scored_on: str | None = None) -> str:
     seeds = sorted({len(runs) for runs in groups.values()})
     budget = (f"the same budget for every run: {next(iter(budgets.values()))}" if len(set(budgets.values())) == 1
               else "budgets that differ: " + "; ".join(f"{k}: {v}" for k, v in budgets.items()))
     what = (f"Each variant against the baseline `{reference}`" if kind == "compare" else
             f"Leave-one-out: each row is `{reference}` with one declared change reverted to the classic choice; "
             f"'bought by the change' is `{reference}` minus the row")
-    text = (f"{what}, trained with {budget}; {'/'.join(map(str, seeds))} seed(s) per variant. Metric: "
-            f"{metric.split} {metric.title}, paired on the same test examples.")
+    scored = (f"{metric.split} {metric.title}, paired on the same test examples" if scored_on is None else
+              f"{metric.title} on {scored_on}, paired case by case")
+    text = f"{what}, trained with {budget}; {'/'.join(map(str, seeds))} seed(s) per variant. Metric: {scored}."
     by_variant = {groups[label][0].variant: found for label, found in undeclared.items() if found}
     if by_variant:
         listed = "; ".join(f"`{name}`: {', '.join(d.values for d in found)}" for name, found in by_variant.items())
@@ -318,16 +324,27 @@ def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], bud
 
 def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 1, budget: str | None = None,
             alpha: float = 0.05, baseline: str | None = None, allow_undeclared: bool = False,
-            launch: Launch | None = None, **config: Any) -> dict[str, Any]:
+            launch: Launch | None = None, folds: int | None = None, **config: Any) -> dict[str, Any]:
     """Train ``variants`` (default: every variant of the task and its reference models) ``seeds`` times each
     under ``budget`` (``epochs=N``, ``time=SECONDS``, ``flops=X``; default ``epochs=2``) and compare them with
     ``baseline`` (default: the task's). ``config``: task config fields for every run (``epochs`` caps a time
     or FLOP budget). A variant with undeclared differences from its classic counterpart is refused before any
     training (:func:`refuse_undeclared`) unless ``allow_undeclared``. ``launch``: where the runs train (default:
-    one after another in this process; :class:`tasks.sweeps.launchers.Launch`). Returns the comparison (see
-    :func:`build_comparison`)."""
+    one after another in this process; :class:`tasks.sweeps.launchers.Launch`). ``folds``: cross-validate
+    instead, every variant on the same ``folds`` folds of each dataset of ``config["data"]`` (a folder or a list),
+    paired case by case over the folds (:func:`tasks.compare.folds.compare_folds`, which says what it returns).
+    Returns the comparison (see :func:`build_comparison`)."""
     cls = task_class(task_name)
     check_alpha(alpha)
+    if folds is not None:
+        from tasks.compare.folds import check_folds
+
+        check_folds(task_name, folds)  # before anything else: a task without folds, or fewer than two
+    elif isinstance(config.get("data"), list):
+        if len(config["data"]) > 1:
+            raise ValueError(f"--data given {len(config['data'])} times: several datasets are compared under "
+                             "cross-validation; add --folds K (e.g. --folds 5), or give one --data")
+        config["data"] = config["data"][0]
     names = variants or [*list_variants(task_name), *getattr(cls, "reference_models", ())]
     entries = [Entry(n, n, registration=cls.resolve_variant(n)) for n in names]  # a clear error before any training
     baseline = baseline or cls.baseline
@@ -338,8 +355,14 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
         refuse_undeclared(task_name, entries, config.get("preset"), config.get("model", {}))
     budget, config["epochs"] = resolve_budget(cls, budget, config.get("epochs"))
     launch = launch or Launch()
-    sweep = sweep_record("compare", task_name, out, seeds, budget, alpha, launch, config, variants=names,
+    sweep = sweep_record("compare", task_name, out, seeds, budget, alpha, launch,
+                         config if folds is None else {**config, "folds": folds}, variants=names,
                          baseline=baseline, allow_undeclared=allow_undeclared)
+    if folds is not None:
+        from tasks.compare.folds import compare_folds
+
+        check_positive("seeds", seeds)
+        return compare_folds(task_name, entries, baseline, out, folds, seeds, budget, alpha, launch, sweep, **config)
     groups = train_entries(task_name, entries, out, seeds, budget, launch, sweep, **config)
     return build_comparison(task_name, groups, baseline, out, alpha=alpha, launch=launch)
 

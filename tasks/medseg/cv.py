@@ -68,17 +68,7 @@ def cross_validate(config: MedsegConfig, launch: Launch | None = None) -> tuple[
     where; default one after another in this process); returns (the cv.json dict, summary lines to print)."""
 
     out = cv_out_dir(config)
-    check_folder("--out", out, "a new folder, or the folder of an earlier `zoo cv`")
-    if (out / "run.json").is_file():
-        raise ValueError(f"--out {out} holds a training run (run.json); zoo cv writes one run per fold under "
-                         "OUT/fold_k: give another folder")
-    if config.data is not None:
-        check_folder("--data", Path(config.data), "the folder that holds the dataset")
-    cases, source, class_names = _training_cases(config)
-    folds, origin = resolve_folds(cases, config.folds, config.splits, folders=(source, out))
-    splits = out / SPLITS_FILE
-    if origin is None or origin.resolve() != splits.resolve():
-        write_splits(splits, folds)
+    folds, splits, source, class_names = plan_folds(config, out)
     wanted = list(range(config.folds)) if config.fold_index is None else [config.fold_index]
     specs, states = [], {}
     for k in wanted:  # each fold a run of the sweep in OUT/fold_k, whose settings fold_state checks
@@ -104,6 +94,34 @@ def cross_validate(config: MedsegConfig, launch: Launch | None = None) -> tuple[
     lines = report_lines(summary, pooled)
     write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
     return summary, _printed(summary, out)
+
+
+def plan_folds(config: MedsegConfig, out: Path) -> tuple[list[dict[str, list[str]]], Path, str, list[str]]:
+    """The folds of a cross-validation of ``config``'s data, written to ``out/splits_final.json`` (unless they came
+    from that file), as ``zoo cv`` and ``zoo compare --folds`` draw them: ``--splits``, else the data folder's
+    ``splits_final.json``, else ``out``'s, else nnU-Net's draw
+    (:func:`~tasks.medseg.preprocessing.folds.resolve_folds`).
+    Every variant of a comparison then trains on the same folds, read from that file.
+
+    Returns:
+        (the folds, the split file, the data folder, the class names).
+
+    Raises:
+        ValueError: ``out`` holds a training run; the data has its own validation split; more folds than training
+            cases; a split file that does not split the data's cases into ``config.folds`` folds.
+    """
+    check_folder("--out", out, "a new folder, or the folder of an earlier `zoo cv` or `zoo compare --folds`")
+    if (out / "run.json").is_file():
+        raise ValueError(f"--out {out} holds a training run (run.json); cross-validation writes one run per fold "
+                         "under it: give another folder")
+    if config.data is not None:
+        check_folder("--data", Path(config.data), "the folder that holds the dataset")
+    cases, source, class_names = _training_cases(config)
+    folds, origin = resolve_folds(cases, config.folds, config.splits, folders=(source, out))
+    splits = out / SPLITS_FILE
+    if origin is None or origin.resolve() != splits.resolve():
+        write_splits(splits, folds)
+    return folds, splits, source, class_names
 
 
 def _training_cases(config: MedsegConfig) -> tuple[list[str], str, list[str]]:
