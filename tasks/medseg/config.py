@@ -17,6 +17,7 @@ from tasks.engine.config import TrainConfig
 from tasks.medseg.evaluation.metrics import CONVENTIONS
 from tasks.medseg.inference.sliding import check_mode, check_overlap, parse_axes
 from tasks.medseg.reading.data import ALL_DATASETS
+from tasks.medseg.training.recipes import check_recipe_name
 from zoo.vision import patch_sides
 
 TTA = ("none", "mirror")
@@ -38,6 +39,9 @@ class MedsegConfig(TrainConfig):
     dataset: str = "auto"  # synapse, acdc, decathlon, nnunet, pairs, phantom-nifti, -nnunet, phantom3d; auto: --data
     image_size: int = 96  # slices are zoomed to this square size, a multiple of 32 (the papers use 224)
     epochs: int = 20
+    # The training recipe (tasks.medseg.training.recipes): default is the settings below; nnunet sets lr,
+    # weight_decay, warmup, poly_power, the loss weights and foreground to nnU-Net's and trains as its trainer does.
+    recipe: str = "default"  # default (AdamW, warm-up + poly, Dice + CE), nnunet (nnU-Net's), or own (the variant's)
     batch_size: int = 16  # slices per micro-batch
     lr: float = 2e-3  # peak learning rate, after the warm-up
     weight_decay: float = 1e-4  # AdamW's decoupled weight decay
@@ -82,6 +86,7 @@ class MedsegConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_recipe_name(self.recipe)
         if self.dataset != "auto" and self.dataset not in ALL_DATASETS:
             raise unknown_name("dataset", self.dataset, ("auto", *ALL_DATASETS))
         if isinstance(self.spacing, tuple | list):  # from Python: (0.8, 0.8, 3.0)

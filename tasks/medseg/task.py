@@ -19,7 +19,10 @@ validation cases, as nnU-Net's cross-validation is. ``zoo cv medseg`` trains eve
 Training: every training slice is zoomed to ``image_size`` (order 3 for the image, order 0 for the labels, as the
 papers do), augmented with MONAI (rotation, zoom, intensity shift and scale; flips optional), and scored by
 MONAI's Dice + cross-entropy loss with MISSFormer's weights (0.6 Dice, 0.4 CE). AdamW with linear warm-up then
-the poly decay lr·(1 − t/T)^0.9 the papers use. The augmentation of slice ``i`` in epoch ``e`` is a function of
+the poly decay lr·(1 − t/T)^0.9 the papers use. That is the ``default`` recipe; ``--recipe nnunet`` trains as nnU-Net's
+trainer does (SGD, Nesterov momentum 0.99, poly per epoch, Dice + CE, deep supervision where the network has it) and
+``--recipe own`` with the variant's declared recipe (:mod:`tasks.medseg.training.recipes`); the recipe is recorded in
+run.json, metrics.json and report.md. The augmentation of slice ``i`` in epoch ``e`` is a function of
 (seed, e, i) alone, so resumed and distributed runs see the same images as an uninterrupted one.
 
 3D variants (registered with ``spatial_dims=3``: ``swinunetr3d``, ``unetr``, ``dynunet``) train on patches of the
@@ -72,6 +75,13 @@ from tasks.medseg.evaluation.evaluator import Evaluator
 from tasks.medseg.preprocessing.cases import Cases, nifti_options, zoom_slices
 from tasks.medseg.reading.volume import Volume
 from tasks.medseg.training.examples import TrainingExamples, trained_flip_axes, warmup_poly
+from tasks.medseg.training.recipes import (
+    Recipe,
+    epoch_poly,
+    resolve_recipe,
+    supports_deep_supervision,
+    uses_deep_supervision,
+)
 from tasks.medseg.training.reference import REFERENCE_MODELS
 from zoo.analysis.delta import TaskShape
 
@@ -141,6 +151,13 @@ class MedsegTask(Task):
 
         return cross_validate(config, launch)
 
+    @classmethod
+    def plan_folds(cls, config: MedsegConfig, out: Path) -> Path:
+        """``zoo compare --folds``: the folds every variant trains, written once to ``out`` (:mod:`tasks.medseg.cv`)."""
+        from tasks.medseg.cv import plan_folds
+
+        return plan_folds(config, out)[1]
+
     def __init__(self, config: MedsegConfig, device: torch.device, dist: DistInfo) -> None:
         super().__init__(config, device, dist)
         self.cases = Cases(config)
@@ -199,6 +216,18 @@ class MedsegTask(Task):
         reference model's slices too). Read from the variant the run resolved once (:attr:`Task.variant`)."""
         return 2 if self.variant is None else int(self.variant.spatial_dims)
 
+    @property
+    def recipe(self) -> Recipe:
+        """The training recipe, from ``--recipe`` (``own``: the variant's declared one)
+        (:func:`~tasks.medseg.training.recipes.resolve_recipe`)."""
+        return resolve_recipe(self.config, self.variant, self.spatial_dims)
+
+    @property
+    def deep_supervision(self) -> bool:
+        """Whether the model trains with deep supervision: the recipe uses it and the network has it (a recipe that
+        requires it refuses a network without)."""
+        return uses_deep_supervision(self.recipe, self.variant)
+
     # --- setup and using a finished run (see tasks.runs.run) ---------------------------------------------
     def setup(self) -> None:
         """Read the data; a restored run keeps its classes (refusing data with others) and skips the training
@@ -211,14 +240,17 @@ class MedsegTask(Task):
     def prepare_training(self) -> None:
         """The training stage, from the training cases read by :meth:`setup`."""
         self.training = TrainingExamples(self.config, self.cases.volumes["train"], self.spatial_dims,
-                                         self.cases.patch_size, self.trained_flip_axes())
+                                         self.cases.patch_size, self.trained_flip_axes(), self.recipe,
+                                         self.deep_supervision)
 
     def trained_flip_axes(self) -> tuple[int, ...]:
         """The axes training flips (:func:`~tasks.medseg.training.examples.trained_flip_axes`)."""
         return trained_flip_axes(self.config, self.spatial_dims, self.cases.left_right_axis())
 
     def preprocessing(self) -> dict[str, Any]:
-        return self.cases.preprocessing()
+        """The cases' preprocessing, and the recipe the model was trained with (its settings, for the record)."""
+        return {**self.cases.preprocessing(),
+                "recipe": {**self.recipe.settings(), "deep_supervision_used": self.deep_supervision}}
 
     def restore(self, preprocessing: dict[str, Any], run_dir: str | Path) -> None:
         super().restore(preprocessing, run_dir)
@@ -229,8 +261,11 @@ class MedsegTask(Task):
 
     # --- model ---------------------------------------------------------------------------------------
     def model_overrides(self) -> dict[str, Any]:
-        """The variant's config overrides: ``--model-set`` fields plus the sizes the task and data decide."""
+        """The variant's config overrides: ``--model-set`` fields plus the sizes the task and data decide, and
+        ``deep_supervision`` for a network that has it (the recipe decides)."""
         decided: dict[str, Any] = {"in_channels": self.in_channels, "num_classes": self.num_classes}
+        if self.variant is not None and supports_deep_supervision(self.variant):
+            decided["deep_supervision"] = self.deep_supervision
         if self.spatial_dims == 2:
             decided["image_size"] = self.config.image_size
             return self.decided_overrides(decided, "the task (--image-size and the data)")
@@ -259,9 +294,17 @@ class MedsegTask(Task):
         """(in_channels, num_classes, image_size) of the reference models' builders."""
         return self.in_channels, self.num_classes, self.config.image_size
 
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        """The recipe's optimiser (default: AdamW; nnunet: SGD with Nesterov momentum), one group of every
+        parameter."""
+        return self.recipe.optimizer_for(model)
+
     def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
-        c = self.config
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_poly(c.warmup, total_steps, c.poly_power))
+        """The recipe's schedule: warm-up then poly per step (default), or nnU-Net's poly per epoch."""
+        r = self.recipe
+        factor = epoch_poly(total_steps, self.config.epochs, r.poly_power) if r.per_epoch else \
+            warmup_poly(r.warmup, total_steps, r.poly_power)
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
     # --- training, evaluation: the stages' ----------------------------------------------------------------
     def train_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
@@ -280,7 +323,11 @@ class MedsegTask(Task):
 
     def final_report(self, model: nn.Module, out_dir: Path, splits: Sequence[str] | None = None
                      ) -> tuple[dict[str, Any], str]:
-        return self.evaluator.final_report(model, out_dir, splits)
+        """The evaluator's report, with the recipe the model was trained with: its name in the metrics (a string,
+        so that readers of per-split numbers pass over it) and its settings in one line of report.md."""
+        metrics, section = self.evaluator.final_report(model, out_dir, splits)
+        line = f"Trained with the {self.recipe.describe(self.deep_supervision)}."
+        return {**metrics, "recipe": self.recipe.name}, f"{section.rstrip()}\n\n{line}\n" if section else line
 
     def onnx_graphs(self, model: nn.Module, n: int = 8) -> list:
         return self.evaluator.onnx_graphs(model, n)

@@ -1,6 +1,7 @@
 """The training stage of :class:`~tasks.medseg.task.MedsegTask`, :class:`TrainingExamples`: a 2D model's training
 slices zoomed to ``image_size`` or a 3D model's patch sampler (:mod:`tasks.medseg.training.patches`), their
-augmentation, and the Dice + CE loss on them; and the warm-up + poly learning-rate schedule."""
+augmentation, and the recipe's Dice + CE loss on them (deep supervision included); and the warm-up + poly
+learning-rate schedule of the default recipe."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch import Tensor, nn
 from tasks.medseg.config import MedsegConfig
 from tasks.medseg.preprocessing.cases import model_slices, zoom_slices
 from tasks.medseg.reading.volume import Volume
+from tasks.medseg.training.recipes import Recipe, deep_supervision_loss, output_heads, resolve_recipe
 
 
 def warmup_poly(warmup: int, total: int, power: float):
@@ -46,8 +48,10 @@ class TrainingExamples:
     A 2D model's: every slice of ``train`` zoomed to ``image_size`` (order 3 for the images, 0 for the labels, as the
     papers do) and MONAI's augmentation of one slice; a 3D model's: a :class:`~tasks.medseg.training.patches.
     PatchSampler` on the cases' own grid (``patch_size``, a ``--foreground`` share centred on an organ, 3D
-    augmentation). Both scored by MONAI's ``DiceCELoss`` with the config's weights. An example's augmentation is a
-    function of (seed, epoch, index) alone, so resumed and distributed runs see the same images.
+    augmentation). Both scored by the recipe's loss (:meth:`Recipe.criterion
+    <tasks.medseg.training.recipes.Recipe.criterion>`), each head of a deeply supervised network weighted as nnU-Net
+    weights it. An example's augmentation is a function of (seed, epoch, index) alone, so resumed and distributed
+    runs see the same images.
 
     Args:
         config: the run's config (augmentation, loss weights, ``image_size``, ``patches_per_case``, seed).
@@ -55,23 +59,27 @@ class TrainingExamples:
         spatial_dims: 2 (slices) or 3 (patches).
         patch_size: a 3D model's patch (D, H, W); None for a 2D model.
         flip_axes: the axes augmentation flips (:func:`trained_flip_axes`).
+        recipe: the loss and foreground share (:mod:`~tasks.medseg.training.recipes`); None: the config's default.
+        deep_supervision: the model returns several heads in training (a recipe that uses deep supervision, on a
+            network that has it); a model that does so otherwise is refused.
     """
 
     def __init__(self, config: MedsegConfig, train: Sequence[Volume], spatial_dims: int,
-                 patch_size: tuple[int, int, int] | None, flip_axes: tuple[int, ...]) -> None:
-        from monai.losses import DiceCELoss
-
+                 patch_size: tuple[int, int, int] | None, flip_axes: tuple[int, ...], recipe: Recipe | None = None,
+                 deep_supervision: bool = False) -> None:
         from tasks.medseg.training.patches import Augmentation, PatchSampler, augmentation_transform
 
         c = self.config = config
         self.spatial_dims = spatial_dims
-        self.criterion = DiceCELoss(to_onehot_y=True, softmax=True, lambda_dice=c.dice_weight, lambda_ce=c.ce_weight)
+        self.recipe = recipe if recipe is not None else resolve_recipe(config, None, spatial_dims)
+        self.deep_supervision = deep_supervision
+        self.criterion = self.recipe.criterion()
         augmenting = bool(c.rotate_degrees or c.zoom or c.intensity or c.flip_prob)
         augmentation = Augmentation(c.rotate_degrees, c.zoom, c.intensity, c.flip_prob, flip_axes) \
             if augmenting else None
         if spatial_dims == 3:  # patches of the cases' own grid, no zoom
             self.sampler = PatchSampler([v.image if v.image.ndim == 4 else v.image[None] for v in train],
-                                        [v.label for v in train], patch_size, c.foreground, augmentation)
+                                        [v.label for v in train], patch_size, self.recipe.foreground, augmentation)
             return
         images = np.concatenate([model_slices(v.image, c.image_size) for v in train])  # (N, C, S, S)
         labels = np.concatenate([zoom_slices(v.label, c.image_size, 0) for v in train])  # (N, S, S)
@@ -110,11 +118,19 @@ class TrainingExamples:
 
     def loss(self, model: nn.Module, rows: Sequence[tuple[int, int]], device: torch.device) -> tuple[Tensor, float]:
         """Dice + CE (MONAI ``DiceCELoss``) of the batch, times its size: the loop divides by the slice count.
+        With deep supervision, the heads' losses weighted as nnU-Net weights them
+        (:func:`~tasks.medseg.training.recipes.deep_supervision_loss`).
 
         The Dice term is a batch statistic, so accumulated or distributed batches give the mean of per-shard
         Dice losses rather than one Dice over the union (the usual practice; the CE term is exact).
         """
         images, labels = self.augmented(rows)
-        logits = model(images.to(device))  # (B, K, S, S) or (B, K, pd, ph, pw)
-        loss = self.criterion(logits.float(), labels.to(device))
+        labels = labels.to(device)
+        logits = model(images.to(device))  # (B, K, S, S) or (B, K, pd, ph, pw); deep supervision: several heads
+        heads = output_heads(logits, labels)
+        if len(heads) > 1 and not self.deep_supervision:
+            raise ValueError(f"the model returns {len(heads)} deep-supervision heads in training but recipe "
+                             f"{self.recipe.name} does not use deep supervision; build it without "
+                             f"(--model-set deep_supervision=false) or train with --recipe nnunet")
+        loss = deep_supervision_loss(self.criterion, heads, labels)
         return loss * len(rows), float(len(rows))
