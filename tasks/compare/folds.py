@@ -159,12 +159,14 @@ def dataset_cell(task_name: str, label: str, preset: str, metric: PairedMetric, 
     """A dataset as a cell of :func:`~tasks.compare.meta.meta_analysis`: the per-case differences variant −
     baseline (seed-averaged; oriented so that positive is better), and the noise floor from the baseline's seeds
     paired two by two (seed 0 − seed 1, seed 2 − seed 3, ...: per case, a difference of two independent baseline
-    runs), the unit of both being one case."""
+    runs), the unit of both being one case. The cell's task is ``TASK:DATASET``: the meta-analysis groups its
+    measured scope and sign consistency by task, and across datasets of one task those groups are the datasets
+    (its scope then reads "general" across them, or specific to one)."""
     sign = 1.0 if metric.higher_is_better else -1.0
     differences = sign * (case_values(metric, variant) - case_values(metric, baseline))
     noise = np.concatenate([case_values(metric, baseline[i:i + 1]) - case_values(metric, baseline[i + 1:i + 2])
                             for i in range(0, len(baseline) - 1, 2)])
-    return Cell(task_name, label, preset, tuple(differences[np.isfinite(differences)]),
+    return Cell(f"{task_name}:{label}", label, preset, tuple(differences[np.isfinite(differences)]),
                 tuple(noise[np.isfinite(noise)]))
 
 
