@@ -213,7 +213,7 @@ def deep_supervision_loss(criterion: Callable[[Tensor, Tensor], Tensor], heads: 
         target = labels
         if tuple(head.shape[2:]) != tuple(labels.shape[2:]):
             target = nn.functional.interpolate(labels.float(), size=head.shape[2:], mode="nearest-exact").long()
-        term = weight * criterion(head.float(), target)
+        term = weight * criterion(head.to(torch.promote_types(head.dtype, torch.float32)), target)  # bf16 → fp32
         total = term if total is None else total + term
     return total
 
