@@ -1,18 +1,29 @@
-"""Configs of the 3D segmenters taken from MONAI (``swinunetr3d``, ``unetr``, ``dynunet``) and their presets.
+"""Configs of the 3D segmenters taken from MONAI (``swinunetr3d`` and ``swinunetr-v2``, ``unetr``, ``dynunet``,
+``segresnet``, ``mednext``) and from nnU-Net's network package (``resenc``), and their presets.
 
 Every config holds the patch the network is built for (``patch_size``, D × H × W voxels), its channels and classes,
 and the network's sizes; ``image_size``, when given, replaces the patch's in-plane sides (the delta analysis and
 ``zoo check`` measure every medseg model at the task's side and grow it). The medseg task sets ``patch_size`` from
-``--patch-size`` or the data, and ``spacing`` (dynunet) from the training cases.
+``--patch-size`` or the data, and ``spacing`` (dynunet, resenc) from the training cases.
+
+Deep supervision (the contract the medseg recipes read): every config has a ``deep_supervision`` field, False by
+default, and a class-level ``supports_deep_supervision``. A config whose network has no deep supervision
+(SwinUNETR, UNETR) refuses ``deep_supervision=True``; one whose network has it builds the network with it on,
+and the network then returns, in training mode only, every head stacked as MONAI's ``DynUNet`` stacks them:
+``(B, S, K, D, H, W)``, full resolution first, the coarser heads upsampled to it (nearest); in evaluation mode
+the full-resolution logits ``(B, K, D, H, W)`` alone (:class:`zoo.monai3d.networks.Volumetric`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from plumbing.errors import check_int_tuple, check_positive, check_probability
+from plumbing.errors import check_bool, check_int_tuple, check_positive, check_probability, unknown_name
 from zoo.vision import volume_patch
+
+if TYPE_CHECKING:
+    from zoo.monai3d.plan import DynUNetPlan
 
 
 @dataclass
@@ -24,14 +35,21 @@ class Segmenter3DConfig:
     in_channels: int = 1
     num_classes: int = 9
     dropout: float = 0.0
+    deep_supervision: bool = False  # training-mode heads at the coarser decoder stages too (nnU-Net's recipe)
     multiple: ClassVar[int] = 16  # every patch side must be a multiple of this (the network's downsampling)
     min_side: ClassVar[int] = 16  # and at least this
+    supports_deep_supervision: ClassVar[bool] = False  # whether the network has heads at coarser stages
 
     def __post_init__(self) -> None:
         self.patch_size = volume_patch(self.patch_size, self.image_size)
         check_positive("in_channels", self.in_channels)
         check_positive("num_classes", self.num_classes)
         check_probability("dropout", self.dropout)
+        check_bool("deep_supervision", self.deep_supervision)
+        if self.deep_supervision and not self.supports_deep_supervision:
+            raise ValueError(f"{type(self).__name__}: the network has no deep supervision (no heads at coarser "
+                             f"stages); use deep_supervision=False, or a network that has it (dynunet, segresnet, "
+                             f"mednext, resenc)")
         self.check_patch(self.patch_size)
 
     def check_patch(self, sides: tuple[int, ...]) -> None:
@@ -52,6 +70,7 @@ class SwinUNETR3DConfig(Segmenter3DConfig):
     depths: tuple[int, ...] = (2, 2, 2, 2)
     num_heads: tuple[int, ...] = (3, 6, 12, 24)
     window_size: int = 7
+    use_v2: bool = False  # SwinUNETR v2: a residual convolution block before each Swin stage (swinunetr-v2)
     multiple: ClassVar[int] = 32
     min_side: ClassVar[int] = 64  # five halvings leave 2 voxels a side, which its instance norms need to train
 
@@ -66,6 +85,7 @@ class SwinUNETR3DConfig(Segmenter3DConfig):
             raise ValueError(f"feature_size must be a multiple of 12 (MONAI's SwinUNETR), got {self.feature_size}; "
                              f"try {max(12, round(self.feature_size / 12) * 12)}")
         check_positive("window_size", self.window_size)
+        check_bool("use_v2", self.use_v2)
         for i, heads in enumerate(self.num_heads):
             if (self.feature_size * 2**i) % heads:
                 raise ValueError(f"stage {i + 1}'s width {self.feature_size * 2**i} is not divisible by num_heads[{i}]"
@@ -102,6 +122,8 @@ class DynUNetConfig(Segmenter3DConfig):
     max_stages: int | None = None  # None: as many as nnU-Net's rule gives (its prostate plan has 7)
     multiple: ClassVar[int] = 1  # the plan says what the patch must divide by
     min_side: ClassVar[int] = 1
+    supports_deep_supervision: ClassVar[bool] = True  # DynUNet's deep_supervision, a head per decoder stage
+    recipe: ClassVar[str] = "nnunet"  # the training recipe it declares as its own (--recipe own): nnU-Net's
 
     def __post_init__(self) -> None:
         self.spacing = tuple(float(s) for s in self.spacing)
@@ -115,12 +137,96 @@ class DynUNetConfig(Segmenter3DConfig):
             raise ValueError(f"patch {self.patch_size} does not divide by the plan's strides (multiples of "
                              f"{plan.divisor} along D, H, W); use {','.join(map(str, plan.patch))}, the patch "
                              f"padded as nnU-Net pads it")
+        if self.deep_supervision and len(plan.strides) < 3:
+            raise ValueError(f"deep supervision needs at least 3 stages (a head below the full resolution that is "
+                             f"not the bottleneck); the plan of patch {self.patch_size} has {len(plan.strides)}: use "
+                             f"a larger patch, max_stages=None, or deep_supervision=False")
 
-    def plan(self):
+    def plan(self) -> DynUNetPlan:
         from zoo.monai3d.plan import plan_dynunet
 
         return plan_dynunet(self.patch_size, self.spacing, min_size=self.min_size, max_stages=self.max_stages,
                             base=self.base_filters, cap=self.max_filters)
+
+
+@dataclass
+class SegResNetConfig(Segmenter3DConfig):
+    """MONAI ``SegResNetDS`` (Myronenko 2018, as MONAI's Auto3DSeg trains it): a residual CNN encoder, halving once
+    per stage after the first, and a light decoder with a head per stage when deep supervision is on (``dsdepth``)."""
+
+    init_filters: int = 16  # stage 1's width, doubling per stage (Auto3DSeg: 32)
+    blocks_down: tuple[int, ...] = (1, 2, 2, 4)  # residual blocks per encoder stage (Auto3DSeg: 1, 2, 2, 4, 4)
+    norm: str = "instance"  # Auto3DSeg's; MONAI's class defaults to batch norm, unstable at a batch of two patches
+    min_side: ClassVar[int] = 16
+    supports_deep_supervision: ClassVar[bool] = True  # dsdepth: a head at every decoder stage
+
+    @property
+    def multiple(self) -> int:  # type: ignore[override]
+        """Every patch side must divide by this: the network halves once per stage after the first."""
+        return 2 ** (len(self.blocks_down) - 1)
+
+    def __post_init__(self) -> None:
+        self.blocks_down = check_int_tuple("blocks_down", self.blocks_down)
+        if len(self.blocks_down) < 2:
+            raise ValueError(f"SegResNetDS needs at least 2 stages (blocks_down), got {self.blocks_down}")
+        check_positive("init_filters", self.init_filters)
+        if self.norm not in ("instance", "batch", "group"):
+            raise unknown_name("norm of SegResNetDS", self.norm, ("instance", "batch", "group"))
+        super().__post_init__()
+
+    @property
+    def dsdepth(self) -> int:
+        """MONAI's ``dsdepth``: heads at every decoder stage with deep supervision, the last one's alone without."""
+        return len(self.blocks_down) - 1 if self.deep_supervision else 1
+
+
+# MedNeXt's sizes (Roy et al. 2023, Table 1; MONAI's ``create_mednext``): expansion ratios and blocks per stage, for
+# the 4 encoder stages, the bottleneck and the 4 decoder stages. A test builds each against ``create_mednext``.
+MEDNEXT_SIZES: dict[str, dict] = {
+    "S": dict(encoder_expansion_ratio=2, decoder_expansion_ratio=2, bottleneck_expansion_ratio=2,
+              blocks_down=(2, 2, 2, 2), blocks_bottleneck=2, blocks_up=(2, 2, 2, 2)),
+    "B": dict(encoder_expansion_ratio=(2, 3, 4, 4), decoder_expansion_ratio=(4, 4, 3, 2), bottleneck_expansion_ratio=4,
+              blocks_down=(2, 2, 2, 2), blocks_bottleneck=2, blocks_up=(2, 2, 2, 2)),
+    "M": dict(encoder_expansion_ratio=(2, 3, 4, 4), decoder_expansion_ratio=(4, 4, 3, 2), bottleneck_expansion_ratio=4,
+              blocks_down=(3, 4, 4, 4), blocks_bottleneck=4, blocks_up=(4, 4, 4, 3)),
+    "L": dict(encoder_expansion_ratio=(3, 4, 8, 8), decoder_expansion_ratio=(8, 8, 4, 3), bottleneck_expansion_ratio=8,
+              blocks_down=(3, 4, 8, 8), blocks_bottleneck=8, blocks_up=(8, 8, 4, 3)),
+}
+
+
+@dataclass
+class MedNeXtConfig(Segmenter3DConfig):
+    """MONAI ``MedNeXt`` (Roy et al. 2023): a U-Net of ConvNeXt blocks (depthwise k³ convolution, group norm,
+    expansion, GELU, compression) with residual down- and up-sampling blocks, in the paper's sizes S, B, M, L."""
+
+    size: str = "S"  # S, B, M or L: expansion ratios and blocks per stage (MEDNEXT_SIZES)
+    init_filters: int = 32  # stage 1's width, doubling per stage (the paper's 32 in every size)
+    kernel_size: int = 3  # the depthwise kernel (the paper's k3; k5 is trained from k3 by UpKern)
+    supports_deep_supervision: ClassVar[bool] = True  # deep_supervision: a head per decoder stage and bottleneck
+
+    def __post_init__(self) -> None:
+        if self.size not in MEDNEXT_SIZES:
+            raise unknown_name("MedNeXt size", self.size, MEDNEXT_SIZES)
+        check_positive("init_filters", self.init_filters)
+        check_positive("kernel_size", self.kernel_size)
+        if self.kernel_size % 2 == 0:
+            raise ValueError(f"MedNeXt's kernel_size must be odd (a centred depthwise kernel), got {self.kernel_size}; "
+                             f"use 3 or 5")
+        super().__post_init__()
+
+
+@dataclass
+class ResEncConfig(DynUNetConfig):
+    """nnU-Net ResEnc's residual-encoder U-Net (Isensee et al. 2024, ``ResidualEncoderUNet`` of
+    ``dynamic-network-architectures``), planned as nnU-Net plans it: the stages, kernels and strides of
+    :func:`~zoo.monai3d.plan.plan_dynunet`, the widths doubling to 320, ResEnc M's residual blocks per encoder stage
+    (``ENCODER_BLOCKS``) and one convolution per decoder stage."""
+
+    ENCODER_BLOCKS: ClassVar[tuple[int, ...]] = (1, 3, 4, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6)  # nnU-Net's ResEnc planner
+
+    def blocks_per_stage(self, stages: int) -> tuple[int, ...]:
+        """ResEnc's residual blocks of each of ``stages`` encoder stages (6 past the planner's table)."""
+        return tuple(self.ENCODER_BLOCKS[i] if i < len(self.ENCODER_BLOCKS) else 6 for i in range(stages))
 
 
 SWINUNETR_PRESETS: dict[str, dict] = {
@@ -138,3 +244,15 @@ DYNUNET_PRESETS: dict[str, dict] = {
     "cpu": dict(),  # 16 filters doubling to 320, 32×64×64 patches
     "paper": dict(base_filters=32, patch_size=(128, 128, 128)),  # nnU-Net's widths
 }
+RESENC_PRESETS = DYNUNET_PRESETS  # the same plans, so that the two nnU-Net networks compare at one geometry
+SEGRESNET_PRESETS: dict[str, dict] = {
+    "tiny": dict(patch_size=(16, 32, 32), num_classes=3, init_filters=4, blocks_down=(1, 1, 1)),
+    "cpu": dict(),  # 16 filters, blocks (1, 2, 2, 4)
+    "paper": dict(patch_size=(96, 96, 96), num_classes=14, init_filters=32, blocks_down=(1, 2, 2, 4, 4)),  # Auto3DSeg
+}
+MEDNEXT_PRESETS: dict[str, dict] = {
+    "tiny": dict(patch_size=(16, 32, 32), num_classes=3, init_filters=4),
+    "cpu": dict(init_filters=8),  # size S, 8 filters
+    **{size: dict(size=size, patch_size=(128, 128, 128), num_classes=14) for size in MEDNEXT_SIZES},  # the paper's
+}
+SWINUNETR_V2_PRESETS: dict[str, dict] = {name: {**preset, "use_v2": True} for name, preset in SWINUNETR_PRESETS.items()}
