@@ -231,7 +231,10 @@ class MedsegTask(Task):
     # --- setup and using a finished run (see tasks.runs.run) ---------------------------------------------
     def setup(self) -> None:
         """Read the data; a restored run keeps its classes (refusing data with others) and skips the training
-        stage (the slices' zoom, augmentation and loss), which evaluation does not need."""
+        stage (the slices' zoom, augmentation and loss), which evaluation does not need. A run that trains checks
+        its recipe against the config and the network first, before any data is read."""
+        if self.restored is None:
+            _ = self.deep_supervision
         self.cases.load(self.variant if self.spatial_dims == 3 else None, self.restored)
         self.evaluator.forget_zoomed()
         if self.restored is None:

@@ -211,9 +211,10 @@ def test_an_unknown_recipe_is_refused_with_a_suggestion():
         MedsegConfig(recipe="nnunt")
 
 
-def test_a_setting_the_nnunet_recipe_would_ignore_is_refused():
+def test_a_setting_the_nnunet_recipe_would_ignore_is_refused_before_any_data_is_read(tmp_path):
+    task = task_for(variant="dynunet", recipe="own", lr=5e-3, data=str(tmp_path / "absent"))
     with pytest.raises(ValueError, match=r"recipe nnunet sets .*--lr 0\.005 would be ignored.*--recipe default"):
-        _ = task_for(variant="dynunet", recipe="nnunet", lr=5e-3).recipe
+        task.setup()
 
 
 def test_a_recipe_requiring_deep_supervision_refuses_a_network_without():
