@@ -70,7 +70,8 @@ def test_each_layout_trains_and_evaluates_end_to_end(runs, folders):
         report = (run_dir / "report.md").read_text()
         assert "## Data" in report and "orientations found" in report and "normalisation: channel 0" in report
         final = summary["final"]
-        for split in final:
+        assert final["recipe"] == "default"  # the training recipe's name, beside the splits' scores
+        for split in final.keys() - {"recipe"}:
             assert 0.0 <= final[split]["dice"] <= 1.0 and final[split]["nnunet_dice"] is not None
             assert (run_dir / "predictions" / split / "summary.json").is_file()
         folds = read_splits(run_dir / "splits_final.json", [f"case000{i}" for i in range(5, 9)])
@@ -78,14 +79,14 @@ def test_each_layout_trains_and_evaluates_end_to_end(runs, folders):
     # Decathlon: classes from dataset.json, a labelled test split (imagesTs + labelsTs) and the fold's validation
     pre = json.loads((runs["decathlon"][0] / "run.json").read_text())["preprocessing"]
     assert pre["class_names"][5] == "liver" and pre["in_channels"] == 1
-    assert set(runs["decathlon"][1]["final"]) == {"test", "valid"}
+    assert set(runs["decathlon"][1]["final"]) == {"test", "valid", "recipe"}
     # nnU-Net: two channel files per case -> a two-channel model
     run = load_run(runs["nnunet"][0])
     assert run.preprocessing["in_channels"] == 2 and run.variant_config.in_channels == 2
     assert [r["name"] for r in run.preprocessing["nifti"]["preprocessing"]["rules"]] == ["CT", "T2"]
     # images/ + labels/: unnamed classes, no test split -> the fold's validation cases are the evaluation split
     pre = json.loads((runs["pairs"][0] / "run.json").read_text())["preprocessing"]
-    assert pre["class_names"][1] == "class 1" and set(runs["pairs"][1]["final"]) == {"test"}
+    assert pre["class_names"][1] == "class 1" and set(runs["pairs"][1]["final"]) == {"test", "recipe"}
     assert "no labelled test split" in (runs["pairs"][0] / "report.md").read_text()
     classes = json.loads((runs["pairs"][0] / "classes.json").read_text())
     assert classes["test_cases"] == classes["valid_cases"] == pre["split"]["valid"]
