@@ -76,7 +76,12 @@ def check_folds(task_name: str, folds: object) -> type:
 def datasets(cls: type, data: str | list[str] | None) -> list[Dataset]:
     """The datasets ``--data`` names: each a folder, ``embedded`` (the task's embedded data) or ``embedded:NAME``
     (the embedded data the task's ``dataset`` field calls NAME, e.g. medseg's ``phantom-nifti``); none: the
-    config's own data. Labels are the folders' names (numbered where two are alike)."""
+    config's own data. Labels are the folders' names (numbered where two are alike).
+
+    Raises:
+        FileNotFoundError: a folder that does not exist. ValueError: a file; ``embedded:NAME`` for a task whose
+            config has no ``dataset`` field.
+    """
     items = [data] if isinstance(data, str) else list(data or [None])
     fields = {f for f in cls.config_class.__dataclass_fields__}
     found: list[Dataset] = []
@@ -90,9 +95,13 @@ def datasets(cls: type, data: str | list[str] | None) -> list[Dataset]:
             found.append(Dataset(name or EMBEDDED, {"data": None, **({"dataset": name} if name else {})}))
         else:
             check_folder("--data", Path(item), f"a dataset folder, or {EMBEDDED} for the task's embedded data")
+            if not Path(item).exists():
+                raise FileNotFoundError(f"--data {item} does not exist; pass a dataset folder, or {EMBEDDED} for "
+                                        "the task's embedded data")
             found.append(Dataset(Path(item).resolve().name, {"data": str(Path(item).resolve())}))
     labels = [d.label for d in found]
-    return [replace(d, label=f"{d.label}-{i + 1}") if labels.count(d.label) > 1 else d for i, d in enumerate(found)]
+    return [replace(d, label=f"{d.label}-{labels[:i + 1].count(d.label)}") if labels.count(d.label) > 1 else d
+            for i, d in enumerate(found)]
 
 
 def validation_split(result: RunResult) -> str:

@@ -10,7 +10,9 @@ each of its declared changes, the variant with only that change reverted: each r
 bought and whether that is distinguishable from noise.
 
 The trained comparison builds its table from the run folders it wrote, through the same code as
-``--runs``, so rebuilding it from those folders gives the same table.
+``--runs``, so rebuilding it from those folders gives the same table. With ``--folds K`` (tasks with folds) every
+variant cross-validates on the same folds, and the variants are paired case by case over the union of the folds,
+on one dataset or several (:mod:`tasks.compare.folds`).
 
 A variant whose config differs from its classic counterpart where no declared change says so
 (:mod:`zoo.analysis.counterpart`: a preset that also sets ``heads=1`` or adds a layer) would have its declared changes
@@ -340,11 +342,13 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
         from tasks.compare.folds import check_folds
 
         check_folds(task_name, folds)  # before anything else: a task without folds, or fewer than two
-    elif isinstance(config.get("data"), list):
+    elif isinstance(config.get("data"), list):  # --data on the command line: a folder, or `embedded[:NAME]`
+        from tasks.compare.folds import datasets
+
         if len(config["data"]) > 1:
             raise ValueError(f"--data given {len(config['data'])} times: several datasets are compared under "
                              "cross-validation; add --folds K (e.g. --folds 5), or give one --data")
-        config["data"] = config["data"][0]
+        config.update(datasets(cls, config.pop("data"))[0].fields)
     names = variants or [*list_variants(task_name), *getattr(cls, "reference_models", ())]
     entries = [Entry(n, n, registration=cls.resolve_variant(n)) for n in names]  # a clear error before any training
     baseline = baseline or cls.baseline

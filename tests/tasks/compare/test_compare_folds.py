@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tasks.cli.main import main
-from tasks.compare.folds import across_datasets, dataset_cell
+from tasks.compare.folds import across_datasets, dataset_cell, datasets
 from tasks.compare.meta import Cell, meta_analysis
 from tasks.compare.run_results import RunResult, read_result
 from tasks.medseg.evaluation.paired import paired_metrics
@@ -164,6 +164,22 @@ def test_the_cross_dataset_statistics_are_zoo_studys_on_per_case_differences():
     assert found["scope"] == expected.scope.scope and set(found["cells"]) == {"alpha", "beta", "gamma"}
     hd95 = paired_metrics(pooled["alpha"]["base"][0].info)[1]  # lower is better: oriented so that + is better
     assert not hd95.higher_is_better
+
+
+def test_data_names_folders_or_the_embedded_data(data, tmp_path):
+    from tasks.medseg.task import MedsegTask
+    from tasks.translation.task import TranslationTask
+
+    found = datasets(MedsegTask, ["embedded:phantom-nifti", str(data[0]), str(data[0]), "embedded"])
+    assert [d.label for d in found] == ["phantom-nifti", "alpha-1", "alpha-2", "embedded"]
+    assert found[0].fields == {"data": None, "dataset": "phantom-nifti"} and found[3].fields == {"data": None}
+    assert found[1].fields == {"data": str(data[0].resolve())}
+    assert datasets(MedsegTask, None)[0].fields == {}  # the config's own data
+    with pytest.raises(FileNotFoundError, match=r"--data .*nope does not exist; pass a dataset folder, or embedded"):
+        datasets(MedsegTask, [str(tmp_path / "nope")])
+    if "dataset" not in TranslationTask.config_class.__dataclass_fields__:
+        with pytest.raises(ValueError, match="has one embedded dataset; pass --data embedded"):
+            datasets(TranslationTask, ["embedded:x"])
 
 
 def test_bad_folds_get_one_line_errors(data, tmp_path, capsys):
