@@ -18,7 +18,13 @@ from torch import Tensor, nn
 from plumbing.tables import markdown_table
 from tasks.engine.distributed import DistInfo, shard
 from tasks.medseg.config import MedsegConfig
-from tasks.medseg.evaluation.metrics import CONVENTIONS, case_scores_per_convention, organ_status, summarise
+from tasks.medseg.evaluation.metrics import (
+    CONVENTIONS,
+    NSD_RULES,
+    case_scores_per_convention,
+    organ_status,
+    summarise,
+)
 from tasks.medseg.evaluation.nifti_scoring import OriginalGeometryScores
 from tasks.medseg.preprocessing.cases import INTENSITY, Cases, model_slices
 from tasks.medseg.reading.volume import Volume
@@ -70,16 +76,31 @@ def _trained_note(trained: Sequence[int]) -> str:
     return f"training flipped {_axis_names(trained)}"
 
 
+def records_nsd_tolerance(records: list[dict[str, Any]]) -> float | None:
+    """The NSD tolerance (mm) the case records were scored at, or None when they hold no NSD (records written
+    before NSD was scored); records scored at different tolerances cannot be averaged together."""
+    tolerances = {r.get("nsd_tolerance") for r in records}
+    if len(tolerances) > 1:
+        raise ValueError(f"the case records score NSD at different tolerances ({', '.join(map(repr, tolerances))} "
+                         "mm); score them again at one --nsd-tolerance")
+    return tolerances.pop() if tolerances else None
+
+
 def summaries(records: list[dict[str, Any]], class_names: list[str]) -> dict[str, dict]:
     """:func:`~tasks.medseg.evaluation.metrics.summarise` of case records (:meth:`Evaluator.case_record`), per
-    convention."""
+    convention; the "mm" one with the NSD when the records hold it."""
     index = {name: k for k, name in enumerate(class_names)}
     status = {r["case"]: {index[n]: organ_status(v["pred"] > 0, v["ref"] > 0) for n, v in r["voxels"].items()}
               for r in records}
     assumed = any(r["spacing"] is None for r in records)
-    return {name: summarise({r["case"]: {index[n]: (s["dice"], s["hd95"]) for n, s in r[name].items()}
-                             for r in records}, class_names, name, status=status, spacing_assumed=assumed)
-            for name in CONVENTIONS}
+    tolerance = records_nsd_tolerance(records)
+    out = {}
+    for name in CONVENTIONS:
+        nsd = tolerance if name == "mm" else None
+        fields = ("dice", "hd95") if nsd is None else ("dice", "hd95", "nsd")
+        per_case = {r["case"]: {index[n]: tuple(s[f] for f in fields) for n, s in r[name].items()} for r in records}
+        out[name] = summarise(per_case, class_names, name, status=status, spacing_assumed=assumed, nsd_tolerance=nsd)
+    return out
 
 
 class Evaluator:
@@ -269,16 +290,18 @@ class Evaluator:
 
     def case_record(self, volume: Volume, pred: np.ndarray) -> dict[str, Any]:
         """The per-example record of one case (a line of ``predictions/<split>.jsonl``): per organ, (Dice, HD95)
-        in each convention and the voxel counts of prediction and reference; the spacing (z, y, x) in mm or None.
+        in each convention, under "mm" also the NSD at ``nsd_tolerance`` mm, and the voxel counts of prediction
+        and reference; the spacing (z, y, x) in mm or None, and the NSD's tolerance.
         """
-        k, names = self.cases.num_classes, self.cases.class_names
+        k, names, tolerance = self.cases.num_classes, self.cases.class_names, self.config.nsd_tolerance
         record: dict[str, Any] = {"case": volume.case}
-        per_convention = case_scores_per_convention(pred, volume.label, k, volume.spacing)  # checks both volumes
+        per_convention = case_scores_per_convention(pred, volume.label, k, volume.spacing, tolerance)  # checks both
         for convention, scores in per_convention.items():
-            record[convention] = {names[o]: {"dice": d, "hd95": h} for o, (d, h) in scores.items()}
+            record[convention] = {names[o]: dict(zip(("dice", "hd95", "nsd"), values)) for o, values in scores.items()}
         counts = np.bincount(pred.ravel(), minlength=k), np.bincount(volume.label.ravel(), minlength=k)  # (K,) each
         record["voxels"] = {names[o]: {"pred": int(counts[0][o]), "ref": int(counts[1][o])} for o in range(1, k)}
         record["spacing"] = list(volume.spacing) if volume.spacing is not None else None
+        record["nsd_tolerance"] = tolerance
         return record
 
     def evaluate(self, model: nn.Module, split: str) -> list[dict[str, Any]]:
@@ -296,10 +319,13 @@ class Evaluator:
         return self.headline_metrics(self.summaries(records))
 
     def headline_metrics(self, summaries: dict[str, dict]) -> dict[str, float]:
-        """Mean Dice and HD95 in the headline convention, and in the mm one."""
-        head = summaries[self.config.hd95]
-        return {"dice": head["mean_dice"], "hd95": head["mean_hd95"],
-                "dice_mm": summaries["mm"]["mean_dice"], "hd95_mm": summaries["mm"]["mean_hd95"]}
+        """Mean Dice and HD95 in the headline convention, and in the mm one with its NSD (when scored)."""
+        head, mm = summaries[self.config.hd95], summaries["mm"]
+        metrics = {"dice": head["mean_dice"], "hd95": head["mean_hd95"], "dice_mm": mm["mean_dice"],
+                   "hd95_mm": mm["mean_hd95"]}
+        if "mean_nsd" in mm:  # its tolerance is the run's --nsd-tolerance, and in the "mm" summary
+            metrics["nsd"] = mm["mean_nsd"]
+        return metrics
 
     def final_report(self, model: nn.Module, out_dir: Path, splits: Sequence[str] | None = None
                      ) -> tuple[dict[str, Any], str]:
@@ -383,8 +409,11 @@ class Evaluator:
                  "### Per organ", "", markdown_table(organ_table(head, names)), ""]
         other = "mm" if c.hd95 == "papers" else "papers"
         lines += [f"Other convention, **{other}** — {CONVENTIONS[other]}", "",
-                  markdown_table(organ_table(summaries[other], names)), "",
-                  "### Per case", "", markdown_table(case_table(head)), ""]
+                  markdown_table(organ_table(summaries[other], names)), ""]
+        if "mean_nsd" in summaries["mm"]:
+            lines += [f"NSD in the **mm** table, at {summaries['mm']['nsd_tolerance_mm']:g} mm for every organ — "
+                      f"{NSD_RULES}", ""]
+        lines += ["### Per case", "", markdown_table(case_table(head)), ""]
         metrics = {**self.headline_metrics(summaries), "conventions": summaries}
         if original is not None:
             nnunet = original.finish()

@@ -7,7 +7,8 @@ output folder (default: the predictions' folder, where nnU-Net writes it):
 - ``summary.json``: nnU-Net's per-case and mean Dice, IoU and voxel counts per class;
 - ``metrics.json``: this package's per-class Dice and HD95 in both conventions
 (:mod:`tasks.medseg.evaluation.metrics`), the
-  ``mm`` one with each file's voxel spacing from its header.
+  ``mm`` one with each file's voxel spacing from its header and the normalised surface Dice (NSD) at
+  ``nsd_tolerance`` mm.
 
 The classes come from ``dataset_json`` when given, else from a ``dataset.json`` in the labels' folder or the one above
 it (a ``labelsTr/`` or ``labelsTs/`` inside a Decathlon or nnU-Net folder), else from the label values found in the
@@ -24,7 +25,14 @@ import nibabel as nib
 import numpy as np
 
 from plumbing.atomic import write_text_atomic
-from tasks.medseg.evaluation.metrics import CONVENTIONS, case_scores_per_convention, case_status, summarise
+from tasks.medseg.config import MedsegConfig
+from tasks.medseg.evaluation.metrics import (
+    CONVENTIONS,
+    case_scores_per_convention,
+    case_status,
+    check_nsd_tolerance,
+    summarise,
+)
 from tasks.medseg.evaluation.nifti_scoring import SUMMARY_FILE
 from tasks.medseg.evaluation.nnunet_eval import (
     evaluate_folders,
@@ -54,13 +62,17 @@ def class_names_for(label_dir: Path, dataset_json: str | Path | None = None) -> 
 
 
 def score_folders(pred_dir: str | Path, label_dir: str | Path, dataset_json: str | Path | None = None,
-                  out: str | Path | None = None, chill: bool = False) -> tuple[dict[str, Any], Path, list[str]]:
+                  out: str | Path | None = None, chill: bool = False, nsd_tolerance: float | None = None
+                  ) -> tuple[dict[str, Any], Path, list[str]]:
     """Score ``pred_dir`` against ``label_dir``; returns (metrics, output folder, summary lines to print).
+
+    ``nsd_tolerance``: the NSD's tolerance in mm; ``None``: a training run's default (``MedsegConfig``).
 
     Raises:
         FileNotFoundError: a folder, or the reference of a prediction, is missing. ValueError: a pair differs in
         shape or affine, a file is unreadable, or holds label values outside the classes.
     """
+    tolerance = check_nsd_tolerance(MedsegConfig.nsd_tolerance if nsd_tolerance is None else nsd_tolerance)
     pred_dir, label_dir = Path(pred_dir).expanduser(), Path(label_dir).expanduser()
     for flag, folder in (("--pred", pred_dir), ("--labels", label_dir)):
         if not folder.is_dir():
@@ -84,22 +96,24 @@ def score_folders(pred_dir: str | Path, label_dir: str | Path, dataset_json: str
                                  f"{k} classes of {origin} (0 .. {k - 1})")
         reference, prediction = reference.astype(np.uint8), prediction.astype(np.uint8)
         spacing = tuple(float(v) for v in nib.affines.voxel_sizes(nib.load(ref_file).affine))
-        for convention, scores in case_scores_per_convention(prediction, reference, k, spacing).items():
+        for convention, scores in case_scores_per_convention(prediction, reference, k, spacing, tolerance).items():
             per_case[convention][case] = scores  # each organ's distances computed once for both conventions
         status[case] = case_status(prediction, reference, k)
-    summaries = {c: summarise(per_case[c], names, c, status=status) for c in CONVENTIONS}
+    summaries = {c: summarise(per_case[c], names, c, status=status, nsd_tolerance=tolerance if c == "mm" else None)
+                 for c in CONVENTIONS}
     fg = summary["foreground_mean"]["Dice"]
     metrics = {"pred": str(pred_dir), "labels": str(label_dir), "classes": names, "classes_from": origin,
                "cases": len(summary["metric_per_case"]), "nnunet_dice": float(fg) if np.isfinite(fg) else None,
                "dice": summaries["papers"]["mean_dice"], "hd95": summaries["papers"]["mean_hd95"],
                "dice_mm": summaries["mm"]["mean_dice"], "hd95_mm": summaries["mm"]["mean_hd95"],
-               "conventions": summaries}
+               "nsd": summaries["mm"]["mean_nsd"], "nsd_tolerance_mm": tolerance, "conventions": summaries}
     write_summary_json(summary, out / SUMMARY_FILE)  # only now: a refused input leaves no file behind
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     lines = [f"{metrics['cases']} cases of {pred_dir} scored against {label_dir} (classes from {origin}):",
              *summary_lines(summary, names),
              f"this package's conventions: Dice {_number(metrics['dice'])}, HD95 {_number(metrics['hd95'])} voxels "
-             f"(papers); Dice {_number(metrics['dice_mm'])}, HD95 {_number(metrics['hd95_mm'])} mm (mm)"]
+             f"(papers); Dice {_number(metrics['dice_mm'])}, HD95 {_number(metrics['hd95_mm'])} mm, "
+             f"NSD @ {tolerance:g} mm {_number(metrics['nsd'])} (mm)"]
     return metrics, out, lines
 
 

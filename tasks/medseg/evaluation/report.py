@@ -1,7 +1,7 @@
 """The medical segmentation report: per-organ and per-case tables, and overlay figures of chosen slices.
 
 The tables take the output of :func:`tasks.medseg.evaluation.metrics.summarise` and give rows for
-:func:`plumbing.tables.markdown_table`: Dice in percent and HD95 with two decimals, as the papers print them,
+:func:`plumbing.tables.markdown_table`: Dice (and NSD) in percent and HD95 with two decimals, as the papers print them,
 already formatted as strings so that the table does not round them to four significant digits.
 """
 
@@ -119,12 +119,30 @@ def _mean(values: list[float | None]) -> float | None:
     return float(np.mean(kept)) if kept else None
 
 
+def nsd_column(summary: dict[str, Any]) -> str | None:
+    """The NSD column's title, with its tolerance ("NSD @ 1 mm (%)"; in voxels where the spacing was assumed), or
+    None when the summary holds no NSD (the "papers" convention, records scored before NSD)."""
+    if "mean_nsd" not in summary:
+        return None
+    unit = "voxel" if summary["spacing_assumed"] else "mm"
+    return f"NSD @ {summary['nsd_tolerance_mm']:g} {unit} (%)"
+
+
+def _scores(row: dict[str, Any], hd_column: str, nsd: str | None) -> dict[str, str | None]:
+    """A summary row's Dice (%), HD95 and, with an NSD column, NSD (%) as the tables print them."""
+    cells = {"Dice (%)": _percent(row["dice"]), hd_column: _two(row["hd95"])}
+    if nsd is not None:
+        cells[nsd] = _percent(row["nsd"])
+    return cells
+
+
 def organ_table(summary: dict[str, Any], class_names: list[str]) -> list[dict[str, Any]]:
     """One row per organ in ``class_names`` order, then the mean over organs (the papers' headline figure).
 
-    The status counts (absent / missed / false positive) appear when ``summarise`` was given them.
+    The status counts (absent / missed / false positive) appear when ``summarise`` was given them; an NSD column
+    when the summary holds NSD (:func:`nsd_column`).
     """
-    hd_column = f"HD95 ({summary['hd95_unit']})"
+    hd_column, nsd = f"HD95 ({summary['hd95_unit']})", nsd_column(summary)
     by_name = {row["organ"]: row for row in summary["organs"]}
     counted = [s for s in ("absent", "missed", "false positive") if summary["organs"] and s in summary["organs"][0]]
     rows = []
@@ -132,18 +150,17 @@ def organ_table(summary: dict[str, Any], class_names: list[str]) -> list[dict[st
         if name not in by_name:
             continue
         organ = by_name[name]
-        row = {"organ": name, "Dice (%)": _percent(organ["dice"]), hd_column: _two(organ["hd95"])}
-        row.update({s: organ[s] for s in counted})
-        rows.append(row)
-    rows.append({"organ": "mean", "Dice (%)": _percent(summary["mean_dice"]), hd_column: _two(summary["mean_hd95"])})
+        rows.append({"organ": name, **_scores(organ, hd_column, nsd), **{s: organ[s] for s in counted}})
+    means = {"dice": summary["mean_dice"], "hd95": summary["mean_hd95"], "nsd": summary.get("mean_nsd")}
+    rows.append({"organ": "mean", **_scores(means, hd_column, nsd)})
     return rows
 
 
 def case_table(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per case (its mean over organs), then the mean over cases."""
-    hd_column = f"HD95 ({summary['hd95_unit']})"
+    hd_column, nsd = f"HD95 ({summary['hd95_unit']})", nsd_column(summary)
     cases = summary["cases"]
-    rows = [{"case": c["case"], "Dice (%)": _percent(c["dice"]), hd_column: _two(c["hd95"])} for c in cases]
-    rows.append({"case": "mean over cases", "Dice (%)": _percent(_mean([c["dice"] for c in cases])),
-                 hd_column: _two(_mean([c["hd95"] for c in cases]))})
+    rows = [{"case": c["case"], **_scores(c, hd_column, nsd)} for c in cases]
+    means = {key: _mean([c.get(key) for c in cases]) for key in ("dice", "hd95", "nsd")}
+    rows.append({"case": "mean over cases", **_scores(means, hd_column, nsd)})
     return rows
