@@ -14,7 +14,7 @@ import numpy as np
 
 from plumbing.errors import check_int, check_number, check_positive, unknown_name
 from tasks.engine.config import TrainConfig
-from tasks.medseg.evaluation.metrics import CONVENTIONS
+from tasks.medseg.evaluation.metrics import CONVENTIONS, check_nsd_tolerance
 from tasks.medseg.inference.sliding import check_mode, check_overlap, parse_axes
 from tasks.medseg.reading.data import ALL_DATASETS
 from tasks.medseg.training.recipes import check_recipe_name
@@ -57,6 +57,9 @@ class MedsegConfig(TrainConfig):
     flip_prob: float = 0.0  # probability of a random flip of a training slice/patch along each axis but left-right
     valid_cases: int = 2  # cases held out for validation without folds, when the layout has no validation split
     hd95: str = "papers"  # the convention of the headline HD95: papers (no spacing, their empty rules) or mm
+    # Normalised surface Dice's tolerance, the same for every organ: FLARE21 scored liver, kidneys, spleen and pancreas
+    # by NSD at 1 mm (JunMa11/FLARE's DSC_NSD_eval.py); FLARE22 used 2-7 mm per organ (e.g. liver 5, aorta 2).
+    nsd_tolerance: float = 1.0  # mm; NSD counts the surface within this distance of the other surface
     eval_batch_size: int = 32  # slices per forward pass at evaluation
     # One CPU thread: the models are small, and on a busy 2-core machine two OpenMP threads wait on each other
     # (an epoch took > 5 min with 2 threads next to another job, 15–40 s with one). 0 keeps torch's default.
@@ -118,6 +121,7 @@ class MedsegConfig(TrainConfig):
             raise unknown_name("test-time augmentation (--tta)", self.tta, TTA)
         if self.hd95 not in CONVENTIONS:
             raise unknown_name("hd95 convention", self.hd95, CONVENTIONS)
+        self.nsd_tolerance = check_nsd_tolerance(self.nsd_tolerance)
         for name in ("image_size", "eval_batch_size"):
             check_positive(name, getattr(self, name))
         for name in ("valid_cases", "overlay_slices"):
