@@ -127,6 +127,13 @@ class MedsegTask(Task):
         return paired.paired_metrics(info)
 
     @classmethod
+    def training_recipe(cls, info: dict[str, Any]) -> str:
+        """The recipe a finished run trained with, from its run.json ``info`` (``own`` resolved; a run from before
+        recipes trained with ``default``): what a comparison's row can show beside the variant."""
+        recorded = info.get("preprocessing", {}).get("recipe")
+        return recorded["name"] if recorded else info.get("config", {}).get("recipe", "default")
+
+    @classmethod
     def score_folders(cls, pred: str, labels: str, dataset_json: str | None, chill: bool,
                       out: str | None) -> list[str]:
         """Two folders of NIfTI label maps, scored as nnU-Net's evaluation does

@@ -254,4 +254,11 @@ def test_a_shared_nnunet_recipe_in_zoo_compare_is_recorded_per_run(tmp_path, mon
         assert info["config"]["recipe"] == metrics["final"]["recipe"] == "nnunet"
         assert "Trained with the recipe **nnunet**" in (run / "report.md").read_text()
         used[row["variant"]] = info["preprocessing"]["recipe"]["deep_supervision_used"]
+        assert MedsegTask.training_recipe(info) == "nnunet"
     assert used == {"dynunet": True, "unetr": False}
+
+
+def test_a_runs_recipe_is_read_from_its_record():
+    recorded = {"config": {"recipe": "own"}, "preprocessing": {"recipe": {"name": "nnunet"}}}
+    assert MedsegTask.training_recipe(recorded) == "nnunet"  # own, resolved when the run trained
+    assert MedsegTask.training_recipe({"config": {}, "preprocessing": {}}) == "default"  # a run from before recipes
