@@ -58,7 +58,7 @@ def paired_metrics(info: dict) -> list[PairedMetric]:
     organs = info["preprocessing"]["class_names"][1:]
     fields = [("dice", "Dice", True, ""), ("hd95", "HD95", False, unit)]
     if tolerance is not None:
-        fields.append(("nsd", "NSD", True, f"@ {tolerance:g} mm"))
+        fields.append(("nsd", "NSD", True, f"within {tolerance:g} mm"))
 
     def metric(key: str, title: str, field: str, higher: bool, names: list[str], role: str, unit: str
                ) -> PairedMetric:

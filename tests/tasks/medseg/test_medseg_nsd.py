@@ -192,7 +192,7 @@ def test_records_summaries_report_and_paired_metric_carry_nsd():
             "preprocessing": {"class_names": ["background", "liver", "kidney"]}}
     metrics = {m.key: m for m in paired_metrics(info)}
     nsd = metrics["nsd"]
-    assert (nsd.role, nsd.higher_is_better, nsd.unit) == ("secondary", True, "@ 1 mm")
+    assert (nsd.role, nsd.higher_is_better, nsd.unit) == ("secondary", True, "within 1 mm")
     assert nsd.score(nsd.stats(records, info).sum(0))[0] == pytest.approx(mm["mean_nsd"], abs=1e-12)
     assert metrics["kidney/nsd"].role == "per-class"
     with pytest.raises(ValueError, match="one --nsd-tolerance"):
