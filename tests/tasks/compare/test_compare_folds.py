@@ -116,6 +116,11 @@ def test_a_rerun_reuses_every_run_and_reports_the_same(compared):
     again = json.loads((out / "results.json").read_text())
     assert [r["metrics"]["dice"] for r in again["rows"]] == [r["metrics"]["dice"] for r in first["rows"]]
     assert all(run["state"] == "done" for run in json.loads((out / "sweep.json").read_text())["runs"].values())
+    stamps = {f: (f / "checkpoints" / "best.pt").stat().st_mtime_ns for f in out.glob("*-fold*")}
+    assert main(["sweep", str(out / "sweep.json")]) == 0  # the recorded sweep (its --folds and --data): all reused
+    assert {f: (f / "checkpoints" / "best.pt").stat().st_mtime_ns for f in out.glob("*-fold*")} == stamps
+    assert json.loads((out / "results.json").read_text())["rows"][1]["metrics"]["dice"] == \
+        first["rows"][1]["metrics"]["dice"]
 
 
 @pytest.mark.slow
