@@ -79,6 +79,9 @@ def _fixed_costs(out: Path) -> list[float]:
     return fractions
 
 
+# The epochs of a study's default run per task, at preset tiny (--study): translation's is the sweep's.
+STUDY_EPOCHS = {"translation": 3, "lm": 1, "cifar": 5}
+
 # The parts of a run besides its training loop that --breakdown times: (label, owner, attribute); the owners are
 # looked up when it runs (the task class of the sweep's task, the run folder's callback, the trainer's module).
 PARTS = (
@@ -86,14 +89,14 @@ PARTS = (
     ("model build", "task", "build_model"),
     ("run folder at start: config.json, tokenizer, run.json", "folder", "on_start"),
     ("best checkpoint reloaded for the test", "trainer", "load_checkpoint"),
-    ("final evaluation: test and test_long", "task", "final_report"),
+    ("final evaluation on the test splits", "task", "final_report"),
     ("report sections: delta analysis, layer statistics", "folder", "section"),
     ("metrics.json, curves.png, report.md", "folder", "on_finish"),
 )
 
 
 def _argv(task: str, settings: dict, out: Path) -> list[str]:
-    """``zoo train``'s command line for one of the sweep's runs (variant classic, seed 0), one thread."""
+    """``zoo train``'s command line for one run of ``task`` (its default variant, seed 0), one thread."""
     flags = [[f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
              for key, value in settings.items()]
     return ["train", task, *sum(flags, []), "--num-threads", "1", "--out", str(out)]
@@ -126,7 +129,8 @@ def _timing(task: str, seconds: dict[str, float]):
 
 
 def breakdown(settings: dict, rounds: int, task: str = "translation") -> None:
-    """Print the fixed cost of one run of the sweep, part by part, in seconds and as % of its training time.
+    """Print the fixed cost of one run of ``task`` with ``settings``, part by part, in seconds and as % of its training
+    time.
 
     The run trains in this process on one thread (as in a local launcher's worker on two cores), after a first,
     untimed run with the same settings: torch, the zoo and the compiler configuration are imported and the
@@ -158,8 +162,9 @@ def breakdown(settings: dict, rounds: int, task: str = "translation") -> None:
     runs.sort(key=lambda run: (run["wall"] - run["training"]) / run["training"])
     median = runs[len(runs) // 2]  # the run of median fixed cost, whole, so that its parts add up
     training = median["training"]
-    print(f"\nfixed cost of one run: {task} classic, seed 0, {settings}; 1 thread; the median of {rounds} run(s) "
-          f"after a first one ({first:.1f} s); load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print(f"\nfixed cost of one run: {task} (its default variant), seed 0, {settings}; 1 thread; the median of "
+          f"{rounds} run(s) after a first one ({first:.1f} s); load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print("| part | s | % of training |")
     print("|---|---|---|")
     fixed = [label for label, _, _ in PARTS] + ["other"]
@@ -178,6 +183,8 @@ def main() -> None:
     parser.add_argument("--study", action="store_true", help="a study's default run: 3 epochs of the default corpus")
     parser.add_argument("--breakdown", action="store_true",
                         help="instead of the sweep: one run's fixed cost, part by part (see breakdown())")
+    parser.add_argument("--task", choices=sorted(STUDY_EPOCHS), default="translation",
+                        help="--breakdown's task, at its study default run with --study (the sweep is translation's)")
     args = parser.parse_args()
     if args.quick and args.study:
         parser.error("--quick and --study are two sizes of run: give one of them")
@@ -187,8 +194,13 @@ def main() -> None:
                 **({"epochs": 1, "n_train": 512} if args.quick else {"epochs": 3 if args.study else 2})}
     if args.epochs:
         settings["epochs"] = args.epochs
+    if args.task != "translation" and not args.breakdown:
+        parser.error(f"--task {args.task} is for --breakdown; the sweep is translation's")
     if args.breakdown:
-        breakdown(settings, rounds)
+        if args.task != "translation":  # beam_size is translation's; a study's other default runs
+            settings = {"preset": "tiny", "progress": False,
+                        "epochs": args.epochs or (STUDY_EPOCHS[args.task] if args.study else 1)}
+        breakdown(settings, rounds, args.task)
         return
     launchers = [name.strip() for name in args.launchers.split(",")]
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
