@@ -339,7 +339,7 @@ def case_scores_per_convention(pred: np.ndarray, gt: np.ndarray, num_classes: in
         nsd_tolerance = check_nsd_tolerance(nsd_tolerance)
     voxels = (1.0,) * pred.ndim
     boxes = [ndimage.find_objects(volume, max_label=num_classes - 1) for volume in (pred, gt)]  # organ k at k - 1
-    scores: dict[str, dict[int, tuple[float, float]]] = {name: {} for name in CONVENTIONS}
+    scores: dict[str, dict[int, tuple[float, ...]]] = {name: {} for name in CONVENTIONS}
     for k in range(1, num_classes):
         in_box = [volume_boxes[k - 1] for volume_boxes in boxes]  # None: organ k absent from that volume
         if in_box[0] is None or in_box[1] is None:
