@@ -46,14 +46,23 @@ from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, 
 
 import tasks.medseg.evaluation.evaluator as medseg_task
 from tasks.engine.distributed import DistInfo
-from tasks.medseg.evaluation.metrics import CONVENTIONS, case_scores, case_scores_per_convention
+from tasks.medseg.evaluation.metrics import (
+    CONVENTIONS,
+    case_scores,
+    case_scores_per_convention,
+    normalised_surface_dice,
+)
 from tasks.medseg.reading.volume import Volume
 from tasks.medseg.task import MedsegConfig, MedsegTask
 
 
-def per_convention(pred: np.ndarray, gt: np.ndarray, num_classes: int, spacing) -> dict:
-    """The evaluation as it was: :func:`case_scores` once per convention."""
-    return {convention: case_scores(pred, gt, num_classes, convention, spacing) for convention in CONVENTIONS}
+def per_convention(pred: np.ndarray, gt: np.ndarray, num_classes: int, spacing, nsd_tolerance=None) -> dict:
+    """The evaluation as it was: :func:`case_scores` once per convention; the NSD, when asked, organ by organ."""
+    scores = {convention: case_scores(pred, gt, num_classes, convention, spacing) for convention in CONVENTIONS}
+    if nsd_tolerance is not None:  # the same NSD as ours, so that the pair still differs in the HD95 work only
+        scores["mm"] = {k: (*v, normalised_surface_dice(pred == k, gt == k, nsd_tolerance, spacing))
+                        for k, v in scores["mm"].items()}
+    return scores
 
 
 @contextmanager
