@@ -24,19 +24,23 @@ per Ray worker (a Ray task trains in a worker process the Ray worker keeps,
 :func:`tasks.sweeps.worker.run_in_kept_worker`). A sweep of 4 runs on 2 workers pays it once for every 2 runs; a
 study's hundreds of runs hardly at all. The load average (other users of the machine) is printed with the table.
 
-``--breakdown`` (see :func:`breakdown`) trains one of the sweep's runs in this process after a first one, on one
-thread, and prints its fixed cost part by part in seconds and as % of its training time: data, model build, run folder,
-checkpoint reload, the final evaluation, the report's sections, the outputs, the rest.
+``--breakdown`` (see :func:`breakdown`) trains one of the sweep's runs (``--task lm`` or ``cifar``: that task's study
+default run with ``--study``) in this process after a first one, on one thread, and prints its fixed cost part by part
+in seconds and as % of its training time: data, model build, run folder, checkpoint reload, the final evaluation, the
+report's sections, the outputs, the rest.
 
 Measured on 2 cores shared with other sessions (load average 7-9), ``--study --breakdown --rounds 3``, the same
 command on the code before and after issue 38's cost work: the fixed cost of a study's default run fell from 26.2 % to
 10.5 % of its training time (target <= 15 %): data 9.1 % -> 0.0 % (the generated corpus and its tokenizer are made
 once per process and settings), the final evaluation 15.2 % -> 8.0 % (a beam of one reuses the greedy translations;
 sacreBLEU tokenises each split once for corpus, bucket and sentence BLEU), the outputs 1.3-1.8 %, the rest < 1 %; the
-numbers, predictions and report a run writes are byte-identical. The sweep table at ``--study`` could not be measured
-fairly in that session: under that load, serial's two-thread runs trained 40x slower than on an idle machine (220-260 s
-for ~6 s) while one-thread runs slowed about 4x, which would inflate the parallel launchers' ratios; the last fair
-figures (before this work, load 1.2-1.6): local 1.23x, ray 0.95x.
+numbers, predictions and report a run writes are byte-identical. A study's other default runs, after (``--task``, 1
+round, same load): lm tiny 1 epoch 5.1 % (the final evaluation 3.1 %, the outputs 1.0 %, data 0.8 %); cifar tiny 5
+epochs 37.2 %, not reached: its final evaluation is 30 % (matplotlib's attention.png and confusion_matrix.png, about
+1.9 s and 1.2 s under a profiler, and the prediction records, 1.2 s), left for tasks/cifar. The sweep table at
+``--study`` could not be measured fairly in that session: under that load, serial's two-thread runs trained 40x slower
+than on an idle machine (220-260 s for ~6 s) while one-thread runs slowed about 4x, which would inflate the parallel
+launchers' ratios; the last fair figures (before this work, load 1.2-1.6): local 1.23x, ray 0.95x.
 
 Measurements, not tests: nothing is asserted, exit code 0.
 """
