@@ -386,10 +386,10 @@ def _tokenise(train: Sequence[tuple[str, str]], kind: str, vocab_size: int
 
 # A process that trains many runs (a serial sweep, a local launcher's reused worker) generates and tokenises each
 # generated corpus once: generation is deterministic in its settings (tests/tasks/translation). Keyed by every
-# setting that changes the content; a few corpora at a time (a study's seeds at two difficulties); the entries are
-# tuples (the training ids too, which runs share), and each run gets split lists of its own (setup), so no run can
-# change another's data.
-CACHED_CORPORA = 8
+# setting that changes the content; a few corpora at a time (a study's seeds, up to 8, at two difficulties: the least
+# recently used goes first, a few MB each); the entries are tuples (the training ids too, which runs share), and each
+# run gets split lists of its own (setup), so no run can change another's data.
+CACHED_CORPORA = 16
 
 
 @functools.lru_cache(maxsize=CACHED_CORPORA)
