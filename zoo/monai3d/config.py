@@ -112,8 +112,9 @@ class UNETRConfig(Segmenter3DConfig):
 
 
 @dataclass
-class DynUNetConfig(Segmenter3DConfig):
-    """MONAI ``DynUNet`` planned by nnU-Net's rule (:mod:`zoo.monai3d.plan`) from ``spacing`` and the patch."""
+class PlannedUNetConfig(Segmenter3DConfig):
+    """A U-Net planned by nnU-Net's rule (:mod:`zoo.monai3d.plan`) from ``spacing`` and the patch: what ``dynunet``
+    and ``resenc`` share (neither builds on the other, so neither config class derives from the other's)."""
 
     spacing: tuple[float, ...] = (1.0, 1.0, 1.0)  # (D, H, W) mm of the voxels: the plan's kernels and strides
     base_filters: int = 16  # stage 1's width (nnU-Net: 32), doubling per stage
@@ -216,7 +217,12 @@ class MedNeXtConfig(Segmenter3DConfig):
 
 
 @dataclass
-class ResEncConfig(DynUNetConfig):
+class DynUNetConfig(PlannedUNetConfig):
+    """MONAI ``DynUNet`` planned by nnU-Net's rule from ``spacing`` and the patch."""
+
+
+@dataclass
+class ResEncConfig(PlannedUNetConfig):
     """nnU-Net ResEnc's residual-encoder U-Net (Isensee et al. 2024, ``ResidualEncoderUNet`` of
     ``dynamic-network-architectures``), planned as nnU-Net plans it: the stages, kernels and strides of
     :func:`~zoo.monai3d.plan.plan_dynunet`, the widths doubling to 320, ResEnc M's residual blocks per encoder stage

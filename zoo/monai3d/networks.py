@@ -184,7 +184,7 @@ def mednext(config: MedNeXtConfig) -> Volumetric:
 
 def resenc_arguments(config: ResEncConfig) -> dict:
     """The keyword arguments of ``ResidualEncoderUNet`` that nnU-Net's ResEnc planner writes into its plans
-    (``arch_kwargs``), for the config's plan (:meth:`~zoo.monai3d.config.DynUNetConfig.plan`)."""
+    (``arch_kwargs``), for the config's plan (:meth:`~zoo.monai3d.config.PlannedUNetConfig.plan`)."""
     c, plan = config, config.plan()
     stages = len(plan.strides)
     return dict(input_channels=c.in_channels, n_stages=stages, features_per_stage=plan.filters,
