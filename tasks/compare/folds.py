@@ -27,6 +27,7 @@ import json
 import math
 import statistics
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from tasks.engine.registry import task_class, tasks_with
 from tasks.runs.records import _plain
 from tasks.sweeps.driver import run_sweep
 from tasks.sweeps.launchers import Launch
-from tasks.sweeps.plan import slug
+from tasks.sweeps.plan import RunSpec, slug
 
 EMBEDDED = "embedded"  # a --data value meaning the task's embedded data (embedded:NAME: its `dataset` NAME)
 
@@ -209,19 +210,20 @@ def across_datasets(task_name: str, preset: str, metric: PairedMetric, pooled: d
 
 
 def compare_folds(task_name: str, entries: list, baseline: str, out: Path, folds: int, seeds: int, budget: str,
-                  alpha: float, launch: Launch, sweep: dict[str, Any], data: str | list[str] | None = None,
+                  alpha: float, launch: Launch, sweep: dict[str, Any], data: str | list[str] | None = None, *,
+                  run_specs: Callable[..., list[RunSpec]], build_comparison: Callable[..., dict[str, Any]],
                   **config: Any) -> dict[str, Any]:
     """Train every entry's ``folds`` folds ``seeds`` times on each dataset of ``data`` as one sweep in ``out``
     and compare the entries with ``baseline`` case by case over the union of the folds (see the module
-    docstring). ``entries``, ``budget`` and ``sweep`` as :func:`tasks.compare.sweep.compare` resolved them.
+    docstring). ``entries``, ``budget`` and ``sweep`` as :func:`tasks.compare.sweep.compare` resolved them;
+    ``run_specs`` and ``build_comparison`` are that module's, handed in by it (this module sits below it: an
+    import of it here would close a circle).
 
     Returns:
         One dataset: its comparison (:func:`tasks.compare.sweep.build_comparison`, written to ``out``). Several:
         ``{"datasets": label → comparison (written to out/<label>/), "across_datasets": variant → pooled effect,
         "table": every dataset's table}``, written to ``out/results.json`` and ``out/report.md``.
     """
-    from tasks.compare.sweep import build_comparison, run_specs
-
     cls = check_folds(task_name, folds)  # also checked by compare() before anything else; cheap
     check_folder("--out", out, "a folder for the runs and the report")
     sets = datasets(cls, data)

@@ -366,7 +366,8 @@ def compare(task_name: str, variants: list[str] | None, out: Path, seeds: int = 
         from tasks.compare.folds import compare_folds
 
         check_positive("seeds", seeds)
-        return compare_folds(task_name, entries, baseline, out, folds, seeds, budget, alpha, launch, sweep, **config)
+        return compare_folds(task_name, entries, baseline, out, folds, seeds, budget, alpha, launch, sweep,
+                             run_specs=run_specs, build_comparison=build_comparison, **config)
     groups = train_entries(task_name, entries, out, seeds, budget, launch, sweep, **config)
     return build_comparison(task_name, groups, baseline, out, alpha=alpha, launch=launch)
 
