@@ -12,7 +12,10 @@ and all of them compare :func:`result_settings` (the config without the fields o
 
 A config is compared in the form its task's config class gives it now (:func:`current_form`), whatever version of
 the code recorded it: a run written before issue 36 recorded ``--patch-size`` as the flag's text ``"32,64,64"``,
-today's config writes a list, and both are the same run to every consumer.
+today's config writes a list, and both are the same run to every consumer. A field added to a task's config after
+runs were recorded is listed in :data:`ADDED_LATER` with the value that computes what those runs computed: a record
+without it reads as having that value, and :func:`result_settings` leaves the field out while it holds that value,
+so the sweep's folder names (and the runs in them) stay those of before; any other value is another run.
 
 Each field of :data:`UNCHANGING` says why it cannot change a result. Every other field can, and two configs that
 differ in one are two runs. :data:`CHANGING` gives the reason for the fields most often taken for settings that
@@ -53,6 +56,13 @@ UNCHANGING: dict[str, str] = {
                 "same (data and dataset name it)",
 }
 
+# field -> (the value that computes what runs recorded before the field existed computed, since when / why)
+ADDED_LATER: dict[str, tuple[Any, str]] = {
+    "recipe": ("default", "medseg's training recipe (issue 39): default is the training of before, AdamW and DiceCE"),
+    "nsd_tolerance": (1.0, "medseg's NSD tolerance (issue 39): NSD is scored beside Dice and HD95, which it leaves "
+                           "unchanged; a run recorded before it has no NSD, and zoo evaluate adds it"),
+}
+
 # field -> why it does change the result, for the fields most often mistaken for settings of how a run runs
 CHANGING: dict[str, str] = {
     "epochs": "the learning-rate schedule is planned over epochs x steps per epoch: a run of other epochs steps "
@@ -81,7 +91,8 @@ def current_form(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` (a run's recorded ``config.json``, its ``run.json`` ``config``, a checkpoint's) with each value in
     the form its task's config class gives it now: rebuilt by :func:`plumbing.configs.config_from_dict` and written
     back by the class's ``to_dict`` (a patch recorded as ``"16,32,32"`` reads ``[16, 32, 32]``). The same keys come
-    back: a field the record lacks stays missing, a field this code no longer knows keeps its recorded value.
+    back, plus each field of :data:`ADDED_LATER` the record lacks, at its earlier value; another field the record
+    lacks stays missing, a field this code no longer knows keeps its recorded value.
 
     A record that cannot be rebuilt (no task, a task not registered here, a value this code refuses) comes back as
     written, and is compared as such: then it differs where it did before, and nothing raises here.
@@ -95,13 +106,15 @@ def current_form(config: dict[str, Any]) -> dict[str, Any]:
         rebuilt = config_from_dict(config_class, {k: v for k, v in config.items() if k in known}).to_dict()
     except (KeyError, TypeError, ValueError):
         return config
-    return {k: rebuilt.get(k, v) for k, v in config.items()}
+    added = {k: value for k, (value, _) in ADDED_LATER.items() if k in known and k not in config}
+    return {**{k: rebuilt.get(k, v) for k, v in config.items()}, **added}
 
 
 def result_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` (in its :func:`current_form`) without the fields of :data:`UNCHANGING`: what decides the run's
-    result."""
-    return {k: v for k, v in current_form(config).items() if k not in UNCHANGING}
+    """``config`` (in its :func:`current_form`) without the fields of :data:`UNCHANGING`, nor those of
+    :data:`ADDED_LATER` at their earlier value: what decides the run's result."""
+    return {k: v for k, v in current_form(config).items()
+            if k not in UNCHANGING and not (k in ADDED_LATER and v == ADDED_LATER[k][0])}
 
 
 def setting_differences(recorded: dict[str, Any], requested: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

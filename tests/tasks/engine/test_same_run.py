@@ -147,3 +147,19 @@ def test_a_record_this_code_cannot_rebuild_is_compared_as_it_was_written():
     plugin = {"task": "not-registered-here", "patch_size": "16,32,32", "lr": 0.1}
     assert result_settings(plugin) == plugin
     assert setting_differences(plugin, {**plugin, "lr": 0.2}) == {"lr": (0.1, 0.2)}
+
+
+def test_a_field_added_later_keeps_the_runs_recorded_before_it_the_same_runs():
+    from tasks.engine.same_run import ADDED_LATER, result_settings, setting_differences
+    from tasks.medseg.config import MedsegConfig
+    from tasks.sweeps.plan import config_hash
+
+    now = MedsegConfig(epochs=1).to_dict()
+    before = {k: v for k, v in now.items() if k not in ADDED_LATER}  # as recorded before recipe and NSD existed
+    assert setting_differences(before, now) == {}
+    assert config_hash("medseg", before) == config_hash("medseg", now)  # the sweep finds the old folder by name
+    assert "recipe" not in result_settings(now) and "nsd_tolerance" not in result_settings(now)
+    nnunet = {**now, "recipe": "nnunet"}
+    assert setting_differences(before, nnunet) == {"recipe": ("default", "nnunet")}
+    assert config_hash("medseg", nnunet) != config_hash("medseg", now)
+    assert config_hash("medseg", {**now, "nsd_tolerance": 2.0}) != config_hash("medseg", now)
