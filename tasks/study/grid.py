@@ -48,6 +48,9 @@ SCALES: dict[str, dict[str, str]] = {"translation": {"tiny": "tiny", "small": "m
 # Epochs of a study's default run per task: a few seconds to a few tens of seconds of training at `tiny` on one core,
 # long enough that the base learns (translation ~0.9 BLEU in 3 epochs of `easy`, lm 2.5 nats/char after 1 epoch).
 STUDY_EPOCHS: dict[str, int] = {"translation": 3, "lm": 1, "cifar": 5}
+# Task settings a study's runs take unless --set says otherwise: only fields that cannot change a result
+# (tasks.engine.same_run.UNCHANGING), which cost time per run: the attention figure is ~2 s of a 6 s cifar run.
+STUDY_SETTINGS: dict[str, dict[str, object]] = {"cifar": {"attention_images": 0}}
 
 
 @dataclass(frozen=True)

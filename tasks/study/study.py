@@ -36,7 +36,7 @@ from tasks.compare.stats import check_alpha
 from tasks.compare.sweep import resolve_budget
 from tasks.engine.config import check_folder
 from tasks.engine.registry import task_class
-from tasks.study.grid import STUDY_EPOCHS, study_cells
+from tasks.study.grid import STUDY_EPOCHS, STUDY_SETTINGS, study_cells
 from tasks.study.plan import Pairing, Regime, pairings, regime_runs, unique
 from tasks.study.tune import Choice, choose, parse_tune, tuning_runs, validation_hash
 from tasks.sweeps.driver import run_sweep
@@ -64,7 +64,7 @@ def task_budgets(tasks: Sequence[str], budget: str | None) -> dict[str, tuple[st
 def task_settings(settings: dict[str, Any], tasks: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Each task's share of ``--set``: ``KEY=VALUE`` for every task, ``TASK.KEY=VALUE`` for one
     (``translation.n_train``), each checked against the task's config fields (an unknown one is an error)."""
-    found: dict[str, dict[str, Any]] = {task: {"progress": False} for task in tasks}
+    found: dict[str, dict[str, Any]] = {task: {"progress": False, **STUDY_SETTINGS.get(task, {})} for task in tasks}
     for key, value in settings.items():
         task, _, name = key.rpartition(".")
         if task and task not in found:
