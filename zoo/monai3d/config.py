@@ -8,11 +8,12 @@ and the network's sizes; ``image_size``, when given, replaces the patch's in-pla
 
 Deep supervision (the contract the medseg recipes read): every config has a ``deep_supervision`` field, False by
 default, and a class-level ``supports_deep_supervision``. A config whose network has no deep supervision
-(SwinUNETR, UNETR) refuses ``deep_supervision=True``; one whose network has it builds the network with it on.
-In training mode the network then returns its heads as its library does, full resolution first: a list of
-``(B, K, d_i, h_i, w_i)`` at each head's own resolution (SegResNetDS, MedNeXt, ResEnc: nnU-Net scores each against
-targets downsampled to it), or MONAI ``DynUNet``'s ``(B, S, K, D, H, W)``, the coarser heads upsampled to full size;
-in evaluation mode the full-resolution logits ``(B, K, D, H, W)`` alone (:class:`zoo.monai3d.networks.Volumetric`).
+(SwinUNETR, UNETR) refuses ``deep_supervision=True``; one whose network has it builds the network with it on,
+and the network then returns, in training mode only, every head stacked as MONAI's ``DynUNet`` stacks them:
+``(B, S, K, D, H, W)``, full resolution first, the coarser heads upsampled to it (nearest), so that a forward stays
+tensor in, tensor out (nnU-Net scores a coarse head against targets downsampled to it instead; MONAI's DynUNet
+training, like the recipes here, scores the upsampled heads at full size); in evaluation mode the full-resolution
+logits ``(B, K, D, H, W)`` alone (:class:`zoo.monai3d.networks.Volumetric`).
 """
 
 from __future__ import annotations

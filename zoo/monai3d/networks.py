@@ -17,10 +17,9 @@ those modules by identities (their parameters would never get a gradient; nnU-Ne
 idle heads). And SwinUNETR computes with values while it builds (``.item()``), so on the meta device (where
 ``zoo list`` counts parameters) it is built on the CPU and moved there.
 
-Deep supervision: a network built with it returns, in training mode, its heads as the library does (a list at their
-own resolutions for SegResNetDS, MedNeXt and ResEnc; a stacked tensor of upsampled heads for DynUNet), and in
-evaluation mode the full-resolution logits alone (:class:`Volumetric` sees to it for ResEnc, whose decoder returns its
-list in both modes). See :mod:`zoo.monai3d.config`.
+Deep supervision: a network built with it returns a list of heads in training mode (SegResNetDS, MedNeXt, ResEnc)
+or a stacked tensor (DynUNet); :class:`Volumetric` returns DynUNet's form for all of them (see
+:mod:`zoo.monai3d.config`).
 
 Shape legend: B batch, C channels, D×H×W voxels, K classes.
 """
@@ -31,6 +30,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.nn.functional import interpolate
 
 from core.parts import tag
 from plumbing.errors import import_extra
@@ -61,8 +61,8 @@ class Volumetric(nn.Module):
         config: the config it was built from.
 
     Shape:
-        ``(B, C, D, H, W)`` float volumes -> ``(B, K, D, H, W)`` logits (in training with deep supervision: the
-        library's heads, see :mod:`zoo.monai3d.config`).
+        ``(B, C, D, H, W)`` float volumes -> ``(B, K, D, H, W)`` logits (in training with deep supervision:
+        ``(B, S, K, D, H, W)``, see :func:`stacked_heads`).
     """
 
     def __init__(self, network: nn.Module, config: Segmenter3DConfig) -> None:
@@ -83,9 +83,22 @@ class Volumetric(nn.Module):
                              f"{c.in_channels}; build it with in_channels={volumes.shape[1]}")
         c.check_patch(tuple(volumes.shape[2:]))
         out = self.network(volumes)
-        if isinstance(out, (list, tuple)) and not self.training:
-            return out[0]  # ResEnc's decoder returns its heads in evaluation too; the full resolution is the output
-        return out
+        return stacked_heads(out, self.training) if isinstance(out, (list, tuple)) else out
+
+
+def stacked_heads(heads: list[Tensor] | tuple[Tensor, ...], training: bool) -> Tensor:
+    """Deep supervision's heads (full resolution first) in MONAI ``DynUNet``'s form, so that a forward stays tensor
+    in, tensor out (the delta analysis, the doctor and the loss read one tensor): in training, every head upsampled
+    (nearest, as DynUNet does) to the first's size and stacked; in evaluation, the first alone (ResEnc's decoder
+    returns its list in both modes).
+
+    Shape:
+        S heads ``(B, K, d_i, h_i, w_i)`` -> ``(B, S, K, D, H, W)`` in training, ``(B, K, D, H, W)`` otherwise.
+    """
+    if not training:
+        return heads[0]
+    size = heads[0].shape[2:]
+    return torch.stack([h if h.shape[2:] == size else interpolate(h, size) for h in heads], dim=1)  # (B, S, K, D, H, W)
 
 
 def monai_state_to_ours(state: dict[str, Tensor], ours: nn.Module) -> dict[str, Tensor]:
