@@ -153,6 +153,11 @@ class PlannedUNetConfig(Segmenter3DConfig):
 
 
 @dataclass
+class DynUNetConfig(PlannedUNetConfig):
+    """MONAI ``DynUNet`` planned by nnU-Net's rule from ``spacing`` and the patch."""
+
+
+@dataclass
 class SegResNetConfig(Segmenter3DConfig):
     """MONAI ``SegResNetDS`` (Myronenko 2018, as MONAI's Auto3DSeg trains it): a residual CNN encoder, halving once
     per stage after the first, and a light decoder with a head per stage when deep supervision is on (``dsdepth``)."""
@@ -216,11 +221,6 @@ class MedNeXtConfig(Segmenter3DConfig):
             raise ValueError(f"MedNeXt's kernel_size must be odd (a centred depthwise kernel), got {self.kernel_size}; "
                              f"use 3 or 5")
         super().__post_init__()
-
-
-@dataclass
-class DynUNetConfig(PlannedUNetConfig):
-    """MONAI ``DynUNet`` planned by nnU-Net's rule from ``spacing`` and the patch."""
 
 
 @dataclass
