@@ -1,19 +1,19 @@
 """Wall time of one sweep on each launcher: serial against ``local --jobs N`` and ``ray``, as ratios, in one run; and
 (``--breakdown``) one run's fixed cost, part by part.
 
-Run: ``.venv/bin/python benchmarks/bench_sweeps.py [--quick | --study] [--epochs N] [--rounds R] [--jobs N]
-[--launchers L,...] [--breakdown]``.
+Run: ``.venv/bin/python benchmarks/bench_sweeps.py [--quick | --study] [--epochs N] [--seeds S] [--rounds R]
+[--jobs N] [--launchers L,...] [--breakdown]``.
 
-The sweep is ``zoo compare translation --variants classic,pre-ln --seeds 2`` at preset ``tiny`` (4 runs; ``--quick``: 1
-epoch of 512 pairs; ``--study``: a study's default run, 3 epochs of the default corpus; else 2 epochs of the default
-corpus; ``--epochs N`` to change), each launcher into a fresh folder, ``R`` rounds with the launchers' order rotated
-each round. Serial runs in this process with torch's default threads (this machine's cores); ``local`` and ``ray`` run
-``--jobs`` runs at once, the cores divided between them (one thread each on two cores). Reported: per launcher the
-median wall time of the whole sweep, its speed-up over serial, the fixed cost of its runs (a run's wall time besides its
-training loop, as a share of that loop: the first run of a process carries the imports), and whether its
-``results.json`` statistics equal serial's to the last digit (they need the same thread count to: a run's float
-reductions follow torch's threads, so the parallel launchers are also checked against a serial sweep at their thread
-count). A Ray cluster is started once, outside the timings (``ray.init``: seconds), and kept for the rounds.
+The sweep is ``zoo compare translation --variants classic,pre-ln --seeds S`` at preset ``tiny`` (``--seeds`` default 2:
+4 runs; ``--quick``: 1 epoch of 512 pairs; ``--study``: a study's default run, 3 epochs of the default corpus; else 2
+epochs of the default corpus; ``--epochs N`` to change), each launcher into a fresh folder, ``R`` rounds with the
+launchers' order rotated each round. Serial runs in this process with torch's default threads (this machine's cores);
+``local`` and ``ray`` run ``--jobs`` runs at once, the cores divided between them (one thread each on two cores).
+Reported: per launcher the median wall time of the whole sweep, its speed-up over serial, the fixed cost of its runs (a
+run's wall time besides its training loop, as a share of that loop: the first run of a process carries the imports), and
+whether its ``results.json`` statistics equal serial's to the last digit (they need the same thread count to: a run's
+float reductions follow torch's threads, so the parallel launchers are also checked against a serial sweep at their
+thread count). A Ray cluster is started once, outside the timings (``ray.init``: seconds), and kept for the rounds.
 
 A process pays a start-up that a serial sweep in this process does not: importing torch and the zoo, and torch's
 compiler (``torch._dynamo``, which the optimizer's first parameter group imports, and with it
@@ -184,6 +184,8 @@ def breakdown(settings: dict, rounds: int, task: str = "translation") -> None:
 def main() -> None:
     parser = bench_parser(__doc__, quick="1 epoch of 512 pairs per run instead of 2 epochs of the default corpus",
                           rounds="rounds per launcher (default 1)", clock=False)
+    parser.add_argument("--seeds", type=int, default=2,
+                        help="seeds a variant (default 2: 4 runs); a study's hundreds of runs: e.g. --seeds 8")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="runs at once (default: the cores)")
     parser.add_argument("--launchers", default="serial,local,ray", help="comma-separated, serial first")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 2; --quick 1; --study 3)")
@@ -193,6 +195,7 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(STUDY_EPOCHS), default="translation",
                         help="--breakdown's task, at its study default run with --study (the sweep is translation's)")
     args = parser.parse_args()
+    seeds = args.seeds
     if args.quick and args.study:
         parser.error("--quick and --study are two sizes of run: give one of them")
     logging.basicConfig(level=logging.WARNING)
@@ -227,7 +230,7 @@ def main() -> None:
                 out = Path(root) / f"{name}-{r}"
                 launch = Launch(name, 1 if name == "serial" else args.jobs)
                 start = time.perf_counter()
-                compare("translation", ["classic", "pre-ln"], out, seeds=2, launch=launch, **settings)
+                compare("translation", ["classic", "pre-ln"], out, seeds=seeds, launch=launch, **settings)
                 times[name].append(time.perf_counter() - start)
                 numbers[name] = _numbers(out)
                 fixed[name] += _fixed_costs(out)
@@ -235,10 +238,10 @@ def main() -> None:
         reference = None
         if any(name != "serial" for name in launchers):  # serial at the parallel runs' thread count
             out = Path(root) / "serial-threads"
-            compare("translation", ["classic", "pre-ln"], out, seeds=2, **{**settings, "num_threads": threads})
+            compare("translation", ["classic", "pre-ln"], out, seeds=seeds, **{**settings, "num_threads": threads})
             reference = _numbers(out)
     serial = statistics.median(times["serial"]) if "serial" in times else None
-    print(f"\nsweep: translation classic,pre-ln x 2 seeds, tiny, {settings.get('epochs')} epoch(s); "
+    print(f"\nsweep: translation classic,pre-ln x {seeds} seeds, tiny, {settings.get('epochs')} epoch(s); "
           f"{os.cpu_count()} cores, --jobs {args.jobs} ({threads} thread(s) per parallel run); {rounds} round(s); "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end\n")
     print("| launcher | median wall s | speed-up over serial | fixed cost per run, % of its training (median, max) "
