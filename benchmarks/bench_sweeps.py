@@ -69,7 +69,7 @@ from tasks.compare.sweep import compare
 from tasks.study.grid import STUDY_EPOCHS, STUDY_SETTINGS  # a study's default run per task: its epochs and settings
 from tasks.sweeps.launchers import Launch
 
-TIMING = ("items/s", "wall s", "runs")
+TIMING = ("items/s", "wall s", "runs", "peak MiB")  # costs of the machine, not statistics
 
 
 def _numbers(out: Path) -> list[dict]:
