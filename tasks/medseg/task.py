@@ -267,7 +267,7 @@ class MedsegTask(Task):
         self.cases.restore(preprocessing, run_dir)
 
     def save_artifacts(self, out_dir: Path) -> None:
-        self.cases.save_artifacts(out_dir)
+        self.cases.save_artifacts(out_dir, self.preprocessing())  # run.json's preprocessing, the recipe included
 
     # --- model ---------------------------------------------------------------------------------------
     def model_overrides(self) -> dict[str, Any]:

@@ -234,10 +234,11 @@ class Cases:
                 [v for i, v in enumerate(data.train) if i in held])
 
     # --- artefacts, and using a finished run (see tasks.runs.run) ------------------------------------------
-    def save_artifacts(self, out_dir: Path) -> None:
-        """``classes.json``: the preprocessing (as in run.json) plus the data folder and the cases of each split;
-        ``splits_final.json``: every fold, when the run trained on one (nnU-Net's format)."""
-        info = {**self.preprocessing(), "source": self.data.source,
+    def save_artifacts(self, out_dir: Path, preprocessing: dict[str, Any] | None = None) -> None:
+        """``classes.json``: the preprocessing (as in run.json: ``preprocessing``, the task's, default the cases')
+        plus the data folder and the cases of each split; ``splits_final.json``: every fold, when the run trained on
+        one (nnU-Net's format)."""
+        info = {**(self.preprocessing() if preprocessing is None else preprocessing), "source": self.data.source,
                 **{f"{split}_cases": [v.case for v in self.volumes[split]] for split in ("train", "valid", "test")}}
         (Path(out_dir) / "classes.json").write_text(json.dumps(info, indent=2) + "\n")
         if self.folds is not None:

@@ -87,11 +87,13 @@ def test_evaluate_reproduces_the_training_numbers(trained, tmp_path):
     trained_records, trained_hash = read_records(out, "test")
     assert records == trained_records and data_hash == trained_hash and data_hash.startswith("sha256:")
     record = records[0]
-    assert set(record) == {"case", "papers", "mm", "voxels", "spacing"} and record["case"] == "case0001"
-    assert list(record["papers"]) == SYNAPSE_CLASSES[1:] and set(record["mm"]["liver"]) == {"dice", "hd95"}
+    assert set(record) == {"case", "papers", "mm", "voxels", "spacing", "nsd_tolerance"}
+    assert record["case"] == "case0001" and record["nsd_tolerance"] == 1.0
+    assert list(record["papers"]) == SYNAPSE_CLASSES[1:] and set(record["mm"]["liver"]) == {"dice", "hd95", "nsd"}
     assert set(record["voxels"]["liver"]) == {"pred", "ref"} and len(record["spacing"]) == 3
     valid, _ = evaluate_run(load_run(out), split="valid", out=tmp_path / "valid")
-    assert set(valid) == {"valid"} and len(read_records(tmp_path / "valid", "valid")[0]) == 1
+    assert set(valid) == {"valid", "recipe"} and valid["recipe"] == "default"  # the recipe the run trained with
+    assert len(read_records(tmp_path / "valid", "valid")[0]) == 1
 
 
 def test_evaluate_refuses_data_with_other_classes(trained, acdc, tmp_path):
