@@ -227,5 +227,7 @@ def _resize(model: nn.Module, name: str, tensor: Tensor, target: Tensor, part: s
     if part == "embedding" and same_but_channels:
         from timm.models import adapt_input_conv
 
+        if tensor.shape[1] == 3:  # timm's default source: RGB (timm < 1.0.23, which nnU-Net's network package pins,
+            return adapt_input_conv(target.shape[1], tensor)  # has no base_chans)   (O, C', kh, kw)
         return adapt_input_conv(target.shape[1], tensor, base_chans=tensor.shape[1])  # (O, C', kh, kw)
     return None
