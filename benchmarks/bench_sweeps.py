@@ -69,11 +69,11 @@ from unittest import mock
 
 from bench_core import bench_parser
 
-from tasks.compare.sweep import compare
+from tasks.compare.sweep import MACHINE_COSTS, compare
 from tasks.study.grid import STUDY_EPOCHS, STUDY_SETTINGS  # a study's default run per task: its epochs and settings
 from tasks.sweeps.launchers import Launch
 
-TIMING = ("items/s", "wall s", "runs", "peak MiB")  # costs of the machine, not statistics
+TIMING = MACHINE_COSTS  # costs of the machine, not statistics
 
 
 def _numbers(out: Path) -> list[dict]:

@@ -193,6 +193,11 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+# A row's fields that measure the machine, not the model: two trainings of the same runs differ in them (on another
+# launcher, another load), so a check that two sweeps computed the same leaves them out.
+MACHINE_COSTS = ("items/s", "wall s", "runs", "peak MiB")
+
+
 def _cost(task_name: str, runs: list[RunResult], run, parts: str | None) -> dict[str, Any]:
     """Parameters, FLOPs, steps and time of a group's runs (means over seeds); ``run``: the first of them, loaded
     (:func:`tasks.runs.run.load_run`)."""

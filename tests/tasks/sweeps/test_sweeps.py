@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tasks.cli.main import main
-from tasks.compare.sweep import compare
+from tasks.compare.sweep import MACHINE_COSTS, compare
 from tasks.sweeps.driver import SweepFailedError, run_sweep
 from tasks.sweeps.launchers import Launch
 from tasks.sweeps.process import PID_FILE
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow  # sweeps on real engines (local processes, Ray, s
 VARIANTS = ["classic", "pre-ln"]
 SETTINGS = {"preset": "tiny", "n_train": 256, "eval_size": 10, "beam_size": 1, "num_threads": 1, "progress": False,
             "epochs": 3}
-TIMING = ("items/s", "wall s", "runs")  # what differs between any two trainings of the same runs
+TIMING = MACHINE_COSTS  # what differs between any two trainings of the same runs
 
 
 def _sweep(out: Path, launch: Launch | None = None) -> dict:
