@@ -48,9 +48,11 @@ launchers' ratios; the last fair figures (before this work, load 1.2-1.6): local
 
 Measurements, not tests: nothing is asserted, exit code 0.
 
-After issue 38's cost work, a study-sized sweep (``--study --seeds 8``: 16 runs, 1 round, load 1.2-2.2): serial 95.5 s,
-local 67.4 s (1.42x), ray 67.1 s (1.42x), statistics equal to serial at the same threads; the 1.5x target is not reached
-(each worker still pays torch's and its compiler's start-up).
+After issue 38's cost work, a study-sized sweep (``--study --seeds 8``: 16 runs, 1 round): with this machine's
+``PYTHONDONTWRITEBYTECODE=1`` (load 1.2-2.2) serial 95.5 s, local 67.4 s (1.42x), ray 67.1 s (1.42x); with bytecode
+cached (``env -u PYTHONDONTWRITEBYTECODE``, as on a user's machine; load 1.2-1.3) serial 115.3 s, local 69.9 s (1.65x),
+ray 64.4 s (1.79x); the 4-run ``--study`` sweep with bytecode, 2 rounds: local 1.22x, ray 1.52x. Statistics equal to
+serial at the same threads in each.
 """
 
 from __future__ import annotations
