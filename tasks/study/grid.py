@@ -30,6 +30,7 @@ from typing import Any
 
 from plumbing.errors import unknown_name
 from tasks.engine.registry import task_names
+from zoo.changes import MODELS, model_config
 from zoo.registry import get_variant
 
 # task -> the key of zoo.changes.MODELS whose model is the task's base in a study
@@ -81,18 +82,19 @@ class StudyCell:
         """The key of :data:`zoo.changes.MODELS` of the task's base model."""
         return TASK_MODELS[self.task]
 
+    @property
+    def variant(self) -> str:
+        """The registered variant that is the task's base model."""
+        return MODELS[self.model][0]
+
     def base_config(self) -> Any:
         """The task's base model config at this cell's preset, as the task's registration builds it."""
-        from zoo.changes import model_config
-
         return model_config(self.model, self.model_preset)
 
 
 def model_preset(task: str, preset: str) -> str:
     """The preset of ``task``'s base model that the study's ``preset`` names: a scale of :data:`SCALES`, else the
     model's own preset of that name."""
-    from zoo.changes import MODELS
-
     presets = get_variant(*MODELS[TASK_MODELS[task]]).presets
     name = SCALES[task].get(preset, preset)
     if name not in presets:

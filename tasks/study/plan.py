@@ -107,10 +107,7 @@ def run_spec(side: Side, seed: int, lr: float, budget: str, settings: dict[str, 
     """
     cell = side.cell
     cls = task_class(cell.task)
-    from zoo.changes import MODELS
-
-    variant = MODELS[cell.model][0]
-    config = cls.config_class(**{**cell.settings, **settings, "variant": variant, "preset": cell.model_preset,
+    config = cls.config_class(**{**cell.settings, **settings, "variant": cell.variant, "preset": cell.model_preset,
                                  "seed": seed, "lr": lr, "progress": False,
                                  "model": side.overrides})
     values = {k: v for k, v in config.to_dict().items() if k not in ("out", "resume")}

@@ -219,7 +219,7 @@ def run_study(changes: Sequence[str], tasks: Sequence[str], out: str | Path, pre
     regimes: dict[str, dict[tuple[str, str, str], list[RunSpec]]] = {"shared": shared}
     choices: dict[tuple[str, str], Choice] = {}
     if lrs:
-        choices = {key: choose(key[0].split("/")[0], *key, specs, folders, hashes[key[0]])
+        choices = {key: choose(*key, specs, folders, hashes[key[0]])
                    for key, specs in tuning.items()}
         regimes["tuned"] = runs_of(Regime("tuned", {key: c.chosen for key, c in choices.items()}))
         every = unique(first + [s for specs in regimes["tuned"].values() for s in specs])

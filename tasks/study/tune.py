@@ -98,11 +98,11 @@ def validation_value(folder: Path) -> float:
     return float(value)
 
 
-def choose(task: str, cell: str, side: str, runs: list[RunSpec], folders: dict[str, Path],
+def choose(cell: str, side: str, runs: list[RunSpec], folders: dict[str, Path],
            valid_hash: str | None = None) -> Choice:
-    """The rate of ``runs`` whose run scored best on validation, in the task's direction; ``valid_hash`` (of
-    :func:`validation_hash`) is recorded with it."""
-    cls = task_class(task)
+    """The rate of ``runs`` (one side's, one task's) whose run scored best on validation, in the task's direction;
+    ``valid_hash`` (of :func:`validation_hash`) is recorded with it."""
+    cls = task_class(runs[0].task)
     valid = {float(spec.config["lr"]): validation_value(folders[spec.name]) for spec in runs}
     sign = 1 if cls.higher_is_better else -1
     chosen = max(valid, key=lambda lr: sign * valid[lr])  # max keeps the first of equal values: grid order

@@ -134,17 +134,17 @@ def test_the_choice_reads_validation_in_the_task_direction(tmp_path):
     for spec, value in zip(lm, (2.1, 1.9, 2.5), strict=True):  # lm's validation metric is a loss: lower wins
         folders[spec.name] = tmp_path / spec.name
         _finished(folders[spec.name], value)
-    choice = choose("lm", "lm/shakespeare-char/tiny", BASE, lm, folders, "sha256:abc")
+    choice = choose("lm/shakespeare-char/tiny", BASE, lm, folders, "sha256:abc")
     assert choice.chosen == 3e-3 and not choice.higher_is_better and choice.to_dict()["valid_hash"] == "sha256:abc"
     cifar = runs[("cifar/fmnist/tiny", "no-gelu")]  # ViT has GELU: its classic side is ReLU
     for spec, value in zip(cifar, (0.5, 0.7, 0.7), strict=True):  # top-1: higher wins; a tie goes to the first
         folders[spec.name] = tmp_path / spec.name
         _finished(folders[spec.name], value)
-    assert choose("cifar", "cifar/fmnist/tiny", BASE, cifar, folders).chosen == 3e-3
+    assert choose("cifar/fmnist/tiny", BASE, cifar, folders).chosen == 3e-3
     (tmp_path / "nan").mkdir()
     (tmp_path / "nan" / "metrics.json").write_text(json.dumps({"best_valid": None}))
     with pytest.raises(ValueError, match="no validation value"):
-        choose("cifar", "c", BASE, cifar[:1], {cifar[0].name: tmp_path / "nan"})
+        choose("c", BASE, cifar[:1], {cifar[0].name: tmp_path / "nan"})
 
 
 def test_bad_studies_fail_before_training(tmp_path):
