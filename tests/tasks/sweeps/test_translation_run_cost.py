@@ -23,6 +23,16 @@ def _set_up(tmp_path, **settings) -> TranslationTask:
     return task
 
 
+def _greedy_model(tmp_path, tests: int, longs: int):
+    """A set-up task decoding greedily (beam_size 1) on the first ``tests`` / ``longs`` sentences of its test
+    splits, and its untrained model (seed 0), in eval mode."""
+    task = _set_up(tmp_path, beam_size=1, n_train=0)
+    torch.manual_seed(0)
+    model = task.build_model().eval()
+    task.splits = {"test": task.splits["test"][:tests], "test_long": task.splits["test_long"][:longs]}
+    return task, model
+
+
 @pytest.fixture
 def generations(monkeypatch):
     """The generate_corpus calls (their keyword arguments), with the process's caches emptied before and after."""
@@ -81,10 +91,7 @@ def test_other_tokenizer_settings_retrain_the_tokenizer_on_the_cached_corpus(tmp
 
 
 def test_a_beam_of_one_reuses_the_greedy_translations(tmp_path, monkeypatch):
-    task = _set_up(tmp_path, beam_size=1, n_train=0)
-    torch.manual_seed(0)
-    model = task.build_model().eval()
-    task.splits = {"test": task.splits["test"][:40], "test_long": task.splits["test_long"][:20]}
+    task, model = _greedy_model(tmp_path, 40, 20)
     beams = []
     real = core.decoding.beam_search
 
@@ -143,10 +150,7 @@ def test_bleu_from_the_statistics_equals_sacrebleus_own_scores_to_the_last_digit
 def test_the_final_evaluation_tokenises_each_split_once_for_bleu(tmp_path, monkeypatch):
     from sacrebleu.metrics import BLEU
 
-    task = _set_up(tmp_path, beam_size=1, n_train=0)
-    torch.manual_seed(0)
-    model = task.build_model().eval()
-    task.splits = {"test": task.splits["test"][:30], "test_long": task.splits["test_long"][:20]}
+    task, model = _greedy_model(tmp_path, 30, 20)
     passes = []
     real = BLEU._extract_corpus_statistics
 
