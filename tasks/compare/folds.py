@@ -38,7 +38,7 @@ from plumbing.atomic import write_json_atomic, write_text_atomic
 from plumbing.errors import check_int
 from plumbing.tables import markdown_table
 from tasks.compare.meta import Cell, meta_analysis
-from tasks.compare.paired import example_ids
+from tasks.compare.paired import example_ids, run_score
 from tasks.compare.run_results import RunResult, read_result
 from tasks.engine.config import check_folder
 from tasks.engine.paired_metric import PairedMetric
@@ -150,7 +150,7 @@ def fold_scores(metric: PairedMetric, seeds: list[list[RunResult]]) -> dict[str,
         per_seed = []
         for runs in seeds:
             records = runs[k].records(validation_split(runs[k]))[0]
-            per_seed.append(float(metric.score(metric.stats(records, runs[k].info).sum(0))[0]))
+            per_seed.append(run_score(metric, metric.stats(records, runs[k].info)))
         values.append(statistics.fmean(per_seed))
     kept = [v for v in values if math.isfinite(v)]
     return {"values": values, "mean": statistics.fmean(kept) if kept else None,

@@ -116,7 +116,7 @@ def metric_intervals(path: Path | str, info: dict, resamples: int = RESAMPLES, c
         samples = metric.score(_resampled_sums(metric, resample_counts(len(records), resamples), stats))  # (B,)
         interval = percentile_interval(samples, confidence) or (float("nan"), float("nan"))
         out.append({"key": metric.key, "title": metric.title, "split": metric.split, "n": len(records),
-                    "value": _score(metric, stats), "low": interval[0], "high": interval[1]})
+                    "value": run_score(metric, stats), "low": interval[0], "high": interval[1]})
     return out
 
 
@@ -187,8 +187,9 @@ def paired_statistics(metric: PairedMetric, runs: dict[str, list[tuple[str, np.n
     boot: dict[str, dict[str, np.ndarray]] = {}  # label -> stratum -> (runs, B) resampled score of each run
     observed: dict[str, dict[str, float]] = {}
     for label, group in runs.items():
-        per_seed = [_score(metric, s) for _, s in group]
-        observed[label] = {h: float(np.mean([_score(metric, s) for s in by[label][h]])) for h in strata if by[label][h]}
+        per_seed = [run_score(metric, s) for _, s in group]
+        observed[label] = {h: float(np.mean([run_score(metric, s) for s in by[label][h]]))
+                           for h in strata if by[label][h]}
         boot[label] = {h: np.stack([metric.score(_resampled_sums(metric, counts[h], s)) for s in by[label][h]])
                        for h in strata if by[label][h]}
         mean, ci = t_interval(per_seed)
@@ -228,7 +229,8 @@ def paired_statistics(metric: PairedMetric, runs: dict[str, list[tuple[str, np.n
     return out
 
 
-def _score(metric: PairedMetric, stats: np.ndarray) -> float:
+def run_score(metric: PairedMetric, stats: np.ndarray) -> float:
+    """``metric`` of one run from its per-example statistics ``stats`` (n, k)."""
     return float(metric.score(stats.sum(0))[0])
 
 
@@ -245,7 +247,7 @@ def _seed_aware(metric: PairedMetric, a: dict[str, list[np.ndarray]], b: dict[st
     One test set shared by every seed: Welch's two terms, each variant's per-seed variance over its seeds,
     plus the test-only bootstrap variance of ``deltas``. Seeds on their own data (strata): the per-pair Δ's
     variance over the pairs, which holds each pair's test-set noise already."""
-    scores = [[[_score(metric, s) for s in side[h]] for h in strata] for side in (a, b)]  # side, stratum, seed
+    scores = [[[run_score(metric, s) for s in side[h]] for h in strata] for side in (a, b)]  # side, stratum, seed
     if len(strata) > 1:
         pairs = [np.mean(x) - np.mean(y) for x, y in zip(*scores)]
         units, terms, test_variance = len(pairs), [(float(np.var(pairs, ddof=1)) / len(pairs), len(pairs) - 1)], 0.0
@@ -267,9 +269,9 @@ def _seed_deltas(metric: PairedMetric, by: dict[str, dict[str, list[np.ndarray]]
     whether the seeds, one by one, point the way the seed-averaged Δ does."""
     deltas = []
     for h in strata:
-        mean_a, mean_b = (float(np.mean([_score(metric, s) for s in by[g][h]])) for g in (a, b))
-        deltas += ([_score(metric, s) - mean_b for s in by[a][h]] if row == a
-                   else [mean_a - _score(metric, s) for s in by[b][h]])
+        mean_a, mean_b = (float(np.mean([run_score(metric, s) for s in by[g][h]])) for g in (a, b))
+        deltas += ([run_score(metric, s) - mean_b for s in by[a][h]] if row == a
+                   else [mean_a - run_score(metric, s) for s in by[b][h]])
     return deltas
 
 
