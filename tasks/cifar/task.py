@@ -477,15 +477,17 @@ class CifarTask(Task):
                 details += [f"### Per class{suffix}", "", markdown_table(rows), ""]
             details += [f"### Most confused{suffix}", "",
                         markdown_table(most_confused(cm, self.class_names)) or "No confusions.", "",
-                        f"![confusion matrix{suffix}]({figure})", ""]
+                        *([f"![confusion matrix{suffix}]({figure})", ""] if c.figures else [])]
             if self.dist.is_main:
-                plot_confusion(cm, self.class_names, out_dir / figure, title=f"confusion matrix ({split})")
+                if c.figures:
+                    plot_confusion(cm, self.class_names, out_dir / figure, title=f"confusion matrix ({split})")
                 write_records(out_dir, split, self.records(split, logits), self.data_hash(split))
         lines += [markdown_table([{"split": s, "top-1": m["top1"], "macro-F1": m["macro_f1"], "loss": m["loss"]}
                                   for s, m in results.items()]), "", *details]
-        attention = self._attention_figure(model, out_dir, splits[0], first_preds)
-        lines += ["### Attention", "", attention or "No attention map: the model records no attention over a "
-                  "square grid of patches (e.g. a CNN).", ""]
+        if c.figures:
+            attention = self._attention_figure(model, out_dir, splits[0], first_preds)
+            lines += ["### Attention", "", attention or "No attention map: the model records no attention over a "
+                      "square grid of patches (e.g. a CNN).", ""]
         return results, "\n".join(lines)
 
     def _attention_figure(self, model: nn.Module, out_dir: Path, split: str, preds: Tensor) -> str:

@@ -60,6 +60,7 @@ class TrainConfig:
     resume: bool = False  # continue the run in --out from its last checkpoint (none yet: start from the beginning)
     checkpoint_every: int = 0  # also save last.pt every N optimizer steps (0: at epoch ends); bounds what a kill costs
     progress: bool = True  # progress bars
+    figures: bool = True  # draw the run's plots (curves, confusion matrix, attention maps, overlays); scores unchanged
     doctor: bool = False  # examine the model before step 1 and the curve after each epoch; warnings in report.md
     precision: str = "default"  # default (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16, or auto (a probe decides)
     compile: bool = False  # torch.compile the model for training and evaluation (costs compile time up front)
@@ -81,7 +82,7 @@ class TrainConfig:
         check_number("grad_clip", self.grad_clip, 0, hint="0 disables clipping")
         for name in ("weight_decay", "balance_weight", "z_weight"):
             check_number(name, getattr(self, name), 0)
-        for name in ("deterministic", "resume", "progress", "doctor", "compile", "init_partial"):
+        for name in ("deterministic", "resume", "progress", "figures", "doctor", "compile", "init_partial"):
             check_bool(name, getattr(self, name))
         if self.precision not in PRECISIONS:
             raise unknown_name("precision", self.precision, PRECISIONS)

@@ -40,6 +40,7 @@ UNCHANGING: dict[str, str] = {
     "out": "where the run writes, not what it computes",
     "resume": "continuing from last.pt is bit for bit the uninterrupted run (tests/tasks/engine: signal and resume)",
     "progress": "progress bars only print",
+    "figures": "whether the run draws its plots (curves.png, the task's figures): figures, not scores",
     "num_threads": "how many cores a process uses: a sweep divides them between its workers. It may change the last "
                    "bits of some CPU reductions, never what is trained; run.json records it",
     "checkpoint_every": "checkpoints are written between optimizer steps and resume bit for bit",

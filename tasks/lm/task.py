@@ -289,7 +289,7 @@ class LMTask(Task):
         if self.dist.is_main:
             for split, rows in records.items():
                 write_records(out_dir, split, rows, self.data_hash(split))
-            for split, rows in curves.items():
+            for split, rows in curves.items() if c.figures else ():
                 plot_curves({f"{c.variant} ({split})": rows}, c.context, Path(out_dir) / f"curves_{split}.png")
         section = ["## Test results", "", markdown_table(table), "",
                    "Loss: mean cross-entropy per token (nats), every token scored once in non-overlapping windows of "

@@ -37,6 +37,7 @@ def write_report(path: Path, config, summary: dict[str, Any], task_section: str)
     history = markdown_table(summary["history"])
     flops = utilisation_line(summary.get("utilisation"))
     flops = f"\n- **training FLOP/s**: {flops}" if flops else ""
+    curves = "\n\n![curves](curves.png)" if c.figures else ""  # --figures false: no plot was drawn
     text = f"""# {summary['task']} · {summary['variant']}
 
 ## Setup
@@ -45,9 +46,7 @@ def write_report(path: Path, config, summary: dict[str, Any], task_section: str)
 - **training time**: {summary['train_seconds']:.0f} s for {summary['epochs']} epochs{flops}
 
 ## Validation per epoch
-{history}
-
-![curves](curves.png)
+{history}{curves}
 
 {task_section}
 """

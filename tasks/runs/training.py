@@ -70,7 +70,8 @@ class RunFolder(Callback):
     def on_finish(self, trainer, summary: dict[str, Any], sections: list[str]) -> None:
         out = trainer.out
         (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
-        plot_curves(trainer.history, trainer.task.main_metric, out / "curves.png")
+        if trainer.config.figures:
+            plot_curves(trainer.history, trainer.task.main_metric, out / "curves.png")
         write_report(out / "report.md", trainer.config, summary, "\n\n".join(sections))
 
 

@@ -49,11 +49,13 @@ SCALES: dict[str, dict[str, str]] = {"translation": {"tiny": "tiny", "small": "m
 # Epochs of a study's default run per task: a few seconds to a few tens of seconds of training at `tiny` on one core,
 # long enough that the base learns (translation ~0.9 BLEU in 3 epochs of `easy`, lm 2.5 nats/char after 1 epoch).
 STUDY_EPOCHS: dict[str, int] = {"translation": 3, "lm": 1, "cifar": 5}
-# Task settings a study's runs take unless --set says otherwise, each for the time it saves per run: cifar draws no
-# attention figure (~2 s of a 6 s run; a figure, not a score: the run's identity is unchanged); translation scores
-# greedy decoding (beam_size 1: its BLEU, not the beam search's; the beam search is the longest part of the final
-# evaluation, and a change is read by the same decoder on both sides).
-STUDY_SETTINGS: dict[str, dict[str, object]] = {"cifar": {"attention_images": 0}, "translation": {"beam_size": 1}}
+# Task settings a study's runs take unless --set says otherwise, each for the time it saves per run. No run draws
+# its plots (`figures`: curves.png, cifar's confusion matrix and attention maps, ~1-3 s of a 6 s cifar run; figures,
+# not scores: the run's identity is unchanged, tasks.engine.same_run.UNCHANGING); translation scores greedy decoding
+# (beam_size 1: its BLEU, not the beam search's; the beam search is the longest part of the final evaluation, and a
+# change is read by the same decoder on both sides).
+STUDY_SETTINGS: dict[str, dict[str, object]] = {"translation": {"beam_size": 1, "figures": False},
+                                               "lm": {"figures": False}, "cifar": {"figures": False}}
 
 
 @dataclass(frozen=True)

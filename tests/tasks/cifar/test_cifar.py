@@ -308,6 +308,23 @@ def test_training_run_writes_the_report(tmp_path, stand_in):
         assert (out / name).is_file(), name
 
 
+def test_figures_false_draws_nothing_and_scores_the_same(tmp_path, stand_in):
+    """--figures false (a study's runs) skips every plot, and the report links none; scores and records unchanged."""
+    write_fake_cifar(tmp_path / "data", per_batch=40)
+    finals = {}
+    for figures in (True, False):
+        config = CifarConfig(variant="tiny-vit", data=str(tmp_path / "data"), out=str(tmp_path / str(figures)),
+                             epochs=1, batch_size=32, warmup=2, progress=False, figures=figures)
+        finals[figures] = train(CifarTask, config)["final"]
+    drawn = sorted(p.name for p in (tmp_path / "True").glob("*.png"))
+    assert drawn == ["attention.png", "confusion_matrix.png", "curves.png"]
+    assert not list((tmp_path / "False").glob("*.png"))
+    assert "](" not in (tmp_path / "False" / "report.md").read_text()  # no link to a figure that is not there
+    assert finals[False] == finals[True]
+    records = [(tmp_path / str(f) / "predictions" / "test.jsonl").read_text() for f in (True, False)]
+    assert records[0] == records[1]
+
+
 def test_resume_after_ctrl_c_mid_epoch_is_exact(tmp_path, stand_in, monkeypatch):
     write_fake_cifar(tmp_path / "data", per_batch=20)  # 90 training images: 6 batches of 16 per epoch
 

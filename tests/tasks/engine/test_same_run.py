@@ -25,7 +25,8 @@ from tasks.medseg.config import MedsegConfig
 from tasks.sweeps.plan import config_hash
 
 # a value of each field of UNCHANGING other than its default (every field of some task's config)
-UNCHANGED_VALUES = {"out": "elsewhere", "resume": True, "progress": False, "num_threads": 3, "checkpoint_every": 7,
+UNCHANGED_VALUES = {"out": "elsewhere", "resume": True, "progress": False, "figures": False, "num_threads": 3,
+                    "checkpoint_every": 7,
                     "doctor": True, "track": "tensorboard", "eval_batch_size": 9, "sw_batch_size": 5,
                     "attention_images": 0, "overlay_slices": 1, "download": True,
                     "init_partial": True}

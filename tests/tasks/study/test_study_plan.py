@@ -98,10 +98,11 @@ def test_runs_pair_seeds_and_the_noise_floor_is_more_seeds_of_the_classic_side()
 
 def test_task_settings_split_by_task_and_refuse_what_the_study_sets():
     found = task_settings({"num_threads": 1, "translation.n_train": 256}, ["cifar", "translation"])
-    assert found["translation"] == {"progress": False, "num_threads": 1, "n_train": 256, "beam_size": 1}
-    assert found["cifar"] == {"progress": False, "num_threads": 1, "attention_images": 0}  # a figure, not a score
-    assert task_settings({"attention_images": 6}, ["cifar"])["cifar"]["attention_images"] == 6
-    assert "attention_images" in UNCHANGING  # cifar's default leaves the run's identity as it was
+    assert found["translation"] == {"progress": False, "num_threads": 1, "n_train": 256, "beam_size": 1,
+                                    "figures": False}
+    assert found["cifar"] == {"progress": False, "num_threads": 1, "figures": False}  # plots, not scores
+    assert task_settings({"figures": True}, ["cifar"])["cifar"]["figures"] is True
+    assert "figures" in UNCHANGING  # the study's default leaves each run's identity as it was
     with pytest.raises(ValueError, match="unknown cifar config field.*n_train"):
         task_settings({"n_train": 5}, ["cifar", "translation"])
     with pytest.raises(ValueError, match="the study sets lr itself"):
