@@ -5,6 +5,7 @@ import made on call is an import — form no cycle; and the floors of the house 
     tasks.cli                                   the `zoo` command
     tasks.site                                  the static site: variants, lessons, comparisons as pages
     tasks.lab                                   the lessons
+    tasks.i18n                                  the Chinese text: glossary, the article's outline, translations
     tasks.translation, tasks.cifar, tasks.medseg   the task runners
     tasks.compare, tasks.plugins, tasks.doctor  comparisons, plugins, the doctor on runs
     tasks.sweeps                                many runs as one sweep folder, on a launcher (serial, local, Ray, SLURM)
@@ -36,9 +37,9 @@ FLOORS = (
     ("tasks.engine", 3), ("tasks.runs", 4), ("tasks.sweeps", 5),
     ("tasks.compare", 6), ("tasks.plugins", 6), ("tasks.doctor", 6), ("tasks.study", 7),
     ("tasks.translation", 7), ("tasks.cifar", 7), ("tasks.medseg", 7), ("tasks.lm", 7),
-    ("tasks.lab", 8), ("tasks.site", 9), ("tasks.cli", 10),
+    ("tasks.i18n", 8), ("tasks.lab", 9), ("tasks.site", 10), ("tasks.cli", 11),
 )
-FACADE, TOP = "zoo", 11  # zoo/__init__.py: what users import; nothing in the project imports it
+FACADE, TOP = "zoo", 12  # zoo/__init__.py: what users import; nothing in the project imports it
 
 
 def _module_name(path: Path) -> str:
