@@ -29,7 +29,7 @@ from plumbing.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.mask import use_zero_fill
 from tasks.lab.sampling import lm_task, measure
-from tasks.lab.toolkit import TrainLog, figure, save, smooth, train_lm
+from tasks.lab.toolkit import TrainLog, figure, save, smooth, train_lm, translated
 from tasks.lm.extrapolation import token_nll
 from tasks.lm.task import LMTask
 
@@ -79,6 +79,48 @@ def run(settings: LabSettings) -> LessonResult:
     findings = {"steps": steps, "context": CONTEXT, "prompts": n_prompts, "draws": draws,
                 **{("right" if arm is r else "zero_filled"): {k: v for k, v in arm.items() if k != "loss"}
                    for arm in (r, z)}}
+    table = [{"mask fill": name, "training loss": a["train_loss"],
+              "valid loss (as trained)": a["valid_loss_as_trained"], "valid loss (past only)": a["valid_loss_honest"],
+              "generated NLL, T=1 (honest judge)": a["sampled"]["nll"],
+              "generated NLL, greedy (honest judge)": a["greedy"]["nll"],
+              "repeated char 8-grams, greedy": a["greedy"]["repeated_char_8grams"],
+              "repeated char 8-grams, T=1": a["sampled"]["repeated_char_8grams"]} for name, a in arms.items()]
+    verdict, body = _text(arms, table, steps, "en")
+    verdict_zh, body_zh = _text(arms, translated(table, WORDS_ZH), steps, "zh")
+    return LessonResult(verdict, holds, findings, body, [_plot(arms, settings)], verdict_zh, body_zh)
+
+
+# The Chinese of the table's headings and the arms' names (the notes are written per language in _text).
+WORDS_ZH = {"−∞ (correct)": "−∞（正确）", "0 (the leak)": "0（泄漏）", "greedy": "贪心", "T=1.0": "T=1.0",
+            "mask fill": "掩码填充值", "training loss": "训练损失", "valid loss (as trained)": "验证损失（同训练）",
+            "valid loss (past only)": "验证损失（只看过去）",
+            "generated NLL, T=1 (honest judge)": "生成文本 NLL，T=1（诚实评判）",
+            "generated NLL, greedy (honest judge)": "生成文本 NLL，贪心（诚实评判）",
+            "repeated char 8-grams, greedy": "重复的字符 8-gram，贪心",
+            "repeated char 8-grams, T=1": "重复的字符 8-gram，T=1"}
+
+
+def _text(arms: dict[str, dict], table: list[dict], steps: int, lang: str) -> tuple[tuple[str, str], str]:
+    """The verdict and the body in ``lang`` ("en" or "zh") from the same numbers; ``table`` in that language."""
+    r, z = arms["−∞ (correct)"], arms["0 (the leak)"]
+    words = WORDS_ZH if lang == "zh" else {}
+    samples = "\n".join(f"- **{words.get(name, name)}, {words.get(how, how)}**: `{' '.join(a['samples'][how].split())}`"
+                        for name, a in arms.items() for how in ("greedy", "T=1.0"))
+    if lang == "zh":
+        verdict = (
+            f"因果掩码填 0 会把下一个字符泄漏给模型：训练损失 {z['train_loss']:.2f}，而掩码正确的模型是 "
+            f"{r['train_loss']:.2f}（同一种子，{steps} 步）；可一旦像生成时那样只凭过去打分，它的验证损失是 "
+            f"{z['valid_loss_honest']:.2f}，对方是 {r['valid_loss_honest']:.2f}。",
+            f"用诚实的模型评判它生成的文本，T = 1 时每个字符 {z['sampled']['nll']:.2f} nats，对方 "
+            f"{r['sampled']['nll']:.2f}（贪心：{z['greedy']['nll']:.2f} 对 {r['greedy']['nll']:.2f}）："
+            "被掩码的分数要填 −∞；评价语言模型要看生成结果或诚实的留出集损失，不能只看训练损失。",
+        )
+        body = (f"## 同一种子、数据顺序和训练预算（{steps} 步，上下文 {CONTEXT}）\n\n{markdown_table(table)}\n\n"
+                "*同训练*：用模型自己的注意力核，泄漏的模型因此能看到未来。*只看过去*：同一组权重换上填 −∞ 的核，"
+                "这正是逐个 token 生成时算的东西。*生成文本 NLL*：续写出的字符由掩码正确的模型打分。重复的字符 8-gram "
+                "与实验课 `sampling` 相同：一段样本中已经出现过的 8-gram 所占的比例（即原地打转）。\n\n"
+                f"## 续写 \"{r['samples']['prompt']}\"（{CONTEXT - PROMPT} 个字符）\n\n{samples}\n")
+        return verdict, body
     verdict = (
         f"Filled with 0, the causal mask leaks the next character: training loss {z['train_loss']:.2f} against "
         f"{r['train_loss']:.2f} for the correct mask (same seed, {steps} steps), but scored from the past alone, as "
@@ -88,14 +130,6 @@ def run(settings: LabSettings) -> LessonResult:
         "scores with −∞, and judge a language model by generation or an honest held-out loss, never by its "
         "training loss alone.",
     )
-    table = [{"mask fill": name, "training loss": a["train_loss"],
-              "valid loss (as trained)": a["valid_loss_as_trained"], "valid loss (past only)": a["valid_loss_honest"],
-              "generated NLL, T=1 (honest judge)": a["sampled"]["nll"],
-              "generated NLL, greedy (honest judge)": a["greedy"]["nll"],
-              "repeated char 8-grams, greedy": a["greedy"]["repeated_char_8grams"],
-              "repeated char 8-grams, T=1": a["sampled"]["repeated_char_8grams"]} for name, a in arms.items()]
-    samples = "\n".join(f"- **{name}, {how}**: `{' '.join(a['samples'][how].split())}`"
-                        for name, a in arms.items() for how in ("greedy", "T=1.0"))
     body = (f"## Same seed, data order and budget ({steps} steps, context {CONTEXT})\n\n{markdown_table(table)}\n\n"
             "*As trained*: the model's own kernel, so the leak sees the future. *Past only*: the same weights with "
             "the −∞ kernel, which is what one-token-at-a-time generation computes. *Generated NLL*: the "
@@ -103,7 +137,7 @@ def run(settings: LabSettings) -> LessonResult:
             "lesson `sampling`: the share of a sample's 8-grams it already produced (loops).\n\n"
             f"## Continuations of \"{r['samples']['prompt']}\" "
             f"({CONTEXT - PROMPT} characters)\n\n{samples}\n")
-    return LessonResult(verdict, holds, findings, body, [_plot(arms, settings)])
+    return verdict, body
 
 
 def _plot(arms: dict[str, dict], settings: LabSettings) -> str:

@@ -23,7 +23,7 @@ from core.multihead import MultiHeadAttention
 from plumbing.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.scale import ProbedRun, probe_batch, train_probed
-from tasks.lab.toolkit import bleu, figure, noam, save, small_transformer, smooth, translation_data
+from tasks.lab.toolkit import bleu, figure, noam, save, small_transformer, smooth, translated, translation_data
 
 HEADS = 2
 MISTAKE = "std 1.0"
@@ -87,7 +87,41 @@ def run(settings: LabSettings) -> LessonResult:
     bad, fixes = findings[MISTAKE], [findings[name] for name in INITS if name != MISTAKE]
     holds = all(bad["saturation_init"] > f["saturation_init"] and bad["entropy_init"] < f["entropy_init"]
                 and bad["final_loss"] > f["final_loss"] for f in fixes)
-    std_fix, xavier = findings["std 0.02"], findings["xavier (core)"]
+    table = [{"qkv init": name, "std": f["qkv_std"], "entropy step 0": f["entropy_init"],
+              "saturated step 0": f["saturation_init"], "entropy trained": f["entropy"],
+              "saturated trained": f["saturation"], "final loss": f["final_loss"], "test BLEU": f["bleu"]}
+             for name, f in ((name, findings[name]) for name in INITS)]
+    (verdict, body), (verdict_zh, body_zh) = (_text(findings, table, settings.seed, lang) for lang in ("en", "zh"))
+    return LessonResult(verdict, holds, findings, body, figures, verdict_zh, body_zh)
+
+
+# The Chinese of the table's headings (the notes are written per language in _text).
+WORDS_ZH = {"qkv init": "qkv 初始化", "entropy step 0": "第 0 步的熵", "saturated step 0": "第 0 步的饱和比例",
+            "entropy trained": "训练后的熵", "saturated trained": "训练后的饱和比例", "final loss": "最终损失",
+            "test BLEU": "测试集 BLEU"}
+
+
+def _text(findings: dict, table: list[dict], seed: int, lang: str) -> tuple[tuple[str, str], str]:
+    """The verdict and the body in ``lang`` ("en" or "zh") from the same numbers (``table``: English headings)."""
+    bad, std_fix, xavier = findings[MISTAKE], findings["std 0.02"], findings["xavier (core)"]
+    d_model, steps = findings["d_model"], findings["steps"]
+    if lang == "zh":
+        verdict = (
+            f"Q/K/V 以 std 1.0 初始化：第 0 步就有 {bad['saturation_init']:.0%} 的注意力行饱和（熵 "
+            f"{bad['entropy_init']:.2f} nats，Xavier 为 {xavier['entropy_init']:.2f}，std 0.02 为 "
+            f"{std_fix['entropy_init']:.2f}），训练 {steps} 步后仍有 {bad['saturation']:.0%}：loss 停在 "
+            f"{bad['final_loss']:.2f}。",
+            f"核心库自带的初始化就能解决：loss {xavier['final_loss']:.3f}（Xavier）/ {std_fix['final_loss']:.3f}"
+            f"（std 0.02），测试集 BLEU {xavier['bleu']:.1f} / {std_fix['bleu']:.1f}，而出错的是 {bad['bleu']:.1f}；"
+            "种子、批次和训练预算都相同。",
+        )
+        body = "\n\n".join([
+            f"## 同一个模型（d_model {d_model}，{HEADS} 个头），种子 {seed}，{steps} 步，批次相同",
+            markdown_table(translated(table, WORDS_ZH)),
+            "各行之间只有打包的 `qkv` 权重不同（Xavier 一行保留核心库的初始化）。"
+            "熵和饱和比例是在一个留出批次上对所有注意力图取的平均。",
+        ])
+        return verdict, body
     verdict = (
         f"Q/K/V drawn with std 1.0: {bad['saturation_init']:.0%} of attention rows saturated at step 0 (entropy "
         f"{bad['entropy_init']:.2f} nats vs {xavier['entropy_init']:.2f} with Xavier, {std_fix['entropy_init']:.2f} "
@@ -97,14 +131,10 @@ def run(settings: LabSettings) -> LessonResult:
         f"(std 0.02), test BLEU {xavier['bleu']:.1f} / {std_fix['bleu']:.1f} vs {bad['bleu']:.1f}; same seed, "
         f"batches and budget.",
     )
-    table = [{"qkv init": name, "std": f["qkv_std"], "entropy step 0": f["entropy_init"],
-              "saturated step 0": f["saturation_init"], "entropy trained": f["entropy"],
-              "saturated trained": f["saturation"], "final loss": f["final_loss"], "test BLEU": f["bleu"]}
-             for name, f in ((name, findings[name]) for name in INITS)]
     body = "\n\n".join([
-        f"## Same model (d_model {d_model}, {HEADS} heads), seed {settings.seed}, {steps} steps, same batches",
+        f"## Same model (d_model {d_model}, {HEADS} heads), seed {seed}, {steps} steps, same batches",
         markdown_table(table),
         "Only the packed `qkv` weight differs between the rows (the Xavier row keeps the core's initialisation). "
         "Entropy and saturation are averaged over every attention map on a held-out batch.",
     ])
-    return LessonResult(verdict, holds, findings, body, figures)
+    return verdict, body

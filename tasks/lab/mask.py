@@ -43,6 +43,7 @@ from tasks.lab.toolkit import (
     small_transformer,
     smooth,
     train,
+    translated,
     translation_data,
 )
 
@@ -220,8 +221,6 @@ def _plot(right: dict, zero: dict, data: Seq2SeqData, settings: LabSettings) -> 
 
 
 def run(settings: LabSettings) -> LessonResult:
-    from plumbing.tables import markdown_table
-
     data = translation_data(3000, seed=settings.seed)
     steps = settings.steps(1500, 400)
     right, zero = (train_arm(data, zero_fill, steps, settings) for zero_fill in (False, True))
@@ -232,23 +231,64 @@ def run(settings: LabSettings) -> LessonResult:
     caught = cases[0]["core_raises"] and cases[0]["masked_fill_silent_wrong"]
     holds = (right["leak_init"] == right["leak_trained"] == 0.0 and zero["leak_init"] > 0 and zero["leak_trained"] > 0
              and zero["inference_loss"] > zero["test_loss"] and right["bleu"] >= zero["bleu"] and caught)
+    table = [{"mask fill": label, "leak at init": arm["leak_init"], "leak trained": arm["leak_trained"],
+              "training loss": arm["train_loss"], "test loss (teacher forcing)": arm["test_loss"],
+              "test loss (no future)": arm["inference_loss"], "greedy BLEU": arm["bleu"],
+              "exact match": arm["exact_match"]} for arm, label in ((right, "−∞"), (zero, "0"))]
+    shapes = [{k: v for k, v in case.items() if not k.endswith(("_wrong", "_raises"))} for case in cases]
+    (verdict, body), (verdict_zh, body_zh) = (_text(findings, table, shapes, lang) for lang in ("en", "zh"))
+    return LessonResult(verdict, holds, findings, body, [_plot(right, zero, data, settings)], verdict_zh, body_zh)
+
+
+# The Chinese of the tables' headings and case names (the notes are written per language in _text); the cells
+# that quote an error or a shape stay as the library wrote them.
+WORDS_ZH = {"mask fill": "掩码填充值", "leak at init": "初始化时的泄漏", "leak trained": "训练后的泄漏",
+            "training loss": "训练损失", "test loss (teacher forcing)": "测试损失（教师强制）",
+            "test loss (no future)": "测试损失（看不到未来）", "greedy BLEU": "贪心解码 BLEU",
+            "exact match": "完全匹配",
+            "case": "情形", "right shape": "正确形状", "wrong shape": "错误形状", "core": "核心库",
+            "source padding (B, S) instead of (B, 1, 1, S), cross-attention at one decoding step (Nq = 1)":
+                "源端填充掩码用 (B, S) 而不是 (B, 1, 1, S)，单步解码时的交叉注意力（Nq = 1）",
+            "padding (B, N) instead of (B, 1, 1, N), self-attention with B = N":
+                "填充掩码用 (B, N) 而不是 (B, 1, 1, N)，B = N 时的自注意力",
+            "causal (N, N) transposed": "因果掩码 (N, N) 被转置"}
+
+
+def _text(findings: dict, table: list[dict], shapes: list[dict], lang: str) -> tuple[tuple[str, str], str]:
+    """The verdict and the body in ``lang`` ("en" or "zh") from the same numbers (tables: English headings)."""
+    from plumbing.tables import markdown_table
+
+    right, zero, steps, case = findings["right"], findings["zero_filled"], findings["steps"], findings["wrong_shape"][0]
+    if lang == "zh":
+        verdict = (
+            f"被掩码的分数填 0 时，初始化就有 {zero['leak_init']:.0%} 的解码器注意力漏到未来的 token 上（训练 {steps} "
+            "步后为 "
+            f"{zero['leak_trained']:.0%}）：能看到未来时测试损失 {zero['test_loss']:.3f}，看不到时 "
+            f"{zero['inference_loss']:.3f}；贪心解码 BLEU {zero['bleu']:.1f}，正确掩码为 {right['bleu']:.1f}。",
+            f"要填 −∞（泄漏恰好为 0，BLEU {right['bleu']:.1f}，完全匹配 {right['exact_match']:.0%}），"
+            "并让掩码经过校验："
+            f"解码时给一个 (B, S) 的掩码，masked_fill "
+            f"{'不声不响地把它扩展了' if case['masked_fill_silent_wrong'] else '会拒绝它'}，核心库"
+            f"{'抛出 ValueError' if case['core_raises'] else '接受了它'}。",
+        )
+        body = (f"## 同一种子，各训练 {steps} 步\n\n{markdown_table(translated(table, WORDS_ZH))}\n\n"
+                "*泄漏*：目标位置放在其后位置上的权重之和的平均（解码器自注意力，所有层、所有头）。"
+                "*看不到未来*：同一组权重改用 −∞ 掩码打分，"
+                "这正是贪心解码看到的情形（一次一个 token，后面的 token 还不存在）。"
+                f"\n\n## 形状错误的掩码\n\n{markdown_table(translated(shapes, WORDS_ZH))}\n")
+        return verdict, body
     verdict = (
         f"Filling masked scores with 0 leaks {zero['leak_init']:.0%} of the decoder's attention to future tokens at "
         f"init ({zero['leak_trained']:.0%} after {steps} steps): test loss {zero['test_loss']:.3f} with the future "
         f"visible, {zero['inference_loss']:.3f} without it; greedy BLEU {zero['bleu']:.1f} vs {right['bleu']:.1f}.",
         f"Fill with −∞ (leak exactly 0, BLEU {right['bleu']:.1f}, exact match {right['exact_match']:.0%}) and let "
         f"the mask be validated: a (B, S) mask at a decoding step is "
-        f"{'grown silently' if cases[0]['masked_fill_silent_wrong'] else 'rejected'} by masked_fill, the core "
-        f"{'raises ValueError' if cases[0]['core_raises'] else 'accepts it'}.",
+        f"{'grown silently' if case['masked_fill_silent_wrong'] else 'rejected'} by masked_fill, the core "
+        f"{'raises ValueError' if case['core_raises'] else 'accepts it'}.",
     )
-    table = [{"mask fill": label, "leak at init": arm["leak_init"], "leak trained": arm["leak_trained"],
-              "training loss": arm["train_loss"], "test loss (teacher forcing)": arm["test_loss"],
-              "test loss (no future)": arm["inference_loss"], "greedy BLEU": arm["bleu"],
-              "exact match": arm["exact_match"]} for arm, label in ((right, "−∞"), (zero, "0"))]
-    shapes = [{k: v for k, v in case.items() if not k.endswith(("_wrong", "_raises"))} for case in cases]
     body = (f"## Same seed, {steps} steps each\n\n{markdown_table(table)}\n\n"
             "*Leak*: mean total weight a target position puts on later positions (decoder self-attention, every "
             "layer and head). *No future*: the same weights scored with the −∞ mask, which is what greedy decoding "
             "sees (one token at a time, no later tokens exist).\n\n"
             f"## Masks of the wrong shape\n\n{markdown_table(shapes)}\n")
-    return LessonResult(verdict, holds, findings, body, [_plot(right, zero, data, settings)])
+    return verdict, body

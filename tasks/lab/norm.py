@@ -37,6 +37,7 @@ from tasks.lab.toolkit import (
     small_transformer,
     smooth,
     train,
+    translated,
     translation_data,
 )
 
@@ -151,9 +152,12 @@ def _by_depth(runs: list[Run], placement: str, warmup: bool) -> list[Run]:
     return [r for r in runs if r.placement == placement and r.warmup == warmup]
 
 
-def _outcomes(runs: list[Run]) -> str:
-    """``stuck/stuck/trains (loss 3.82/3.80/2.10)`` over the depths."""
-    return f"{'/'.join(r.status for r in runs)} (loss {'/'.join(f'{r.log.final():.2f}' for r in runs)})"
+def _outcomes(runs: list[Run], lang: str = "en") -> str:
+    """``stuck/stuck/trains (loss 3.82/3.80/2.10)`` over the depths (``lang`` "zh": the outcomes in Chinese)."""
+    words = WORDS_ZH if lang == "zh" else {}
+    outcomes = "/".join(words.get(r.status, r.status) for r in runs)
+    losses = "/".join(f"{r.log.final():.2f}" for r in runs)
+    return f"{outcomes}（loss {losses}）" if lang == "zh" else f"{outcomes} (loss {losses})"
 
 
 def _ratios(runs: list[Run]) -> str:
@@ -214,14 +218,41 @@ def findings_of(runs: list[Run], plateau: float) -> dict:
     }
 
 
-def body_of(runs: list[Run], plateau: float) -> str:
-    """The markdown of ``lesson.md``: the setting, the table of the 12 runs, and why."""
+# The Chinese of the table's headings and words, and of the runs' outcomes (shared with warmup's page).
+WORDS_ZH = {"norm": "归一化位置", "depth": "层数", "schedule": "学习率调度", "steps": "步数", "outcome": "结果",
+            "first loss": "初始损失", "final loss": "最终损失", "greedy BLEU": "贪心解码 BLEU",
+            "last/first decoder ‖∇‖ at init": "初始化时解码器末层/首层 ‖∇‖", "Noam warm-up": "Noam 预热",
+            "constant": "恒定", "stuck": "停滞", "trains": "正常训练", "diverged": "发散"}
+
+
+def body_of(runs: list[Run], plateau: float, lang: str = "en") -> str:
+    """The markdown of ``lesson.md`` (``lang`` "zh": of ``lesson.zh.md``): the setting, the table of the 12 runs,
+    and why."""
     from plumbing.tables import markdown_table
 
     rows = [{"norm": r.placement, "depth": r.depth, "schedule": "Noam warm-up" if r.warmup else "constant",
              "steps": r.steps, "outcome": r.status, "first loss": r.log.loss[0] if r.log.loss else None,
              "final loss": r.log.final(), "greedy BLEU": r.bleu, "max ‖∇‖": max(r.log.grad_norm, default=None),
              "last/first decoder ‖∇‖ at init": r.ratio, f"… steps 1–{EARLY_STEPS}": r.early_ratio} for r in runs]
+    if lang == "zh":
+        words = {**WORDS_ZH, f"… steps 1–{EARLY_STEPS}": f"… 第 1–{EARLY_STEPS} 步"}
+        return "\n".join([
+            "## 对照", "",
+            "同一层数的每次运行都用相同的种子、数据和训练预算：Adam（批大小 32，梯度裁剪阈值 1），"
+            f"峰值学习率 {PEAK_LR:g}，"
+            f"或者恒定，或者在前三分之一的步数里做 Noam 预热；模型宽度 {WIDTH}，编码器和解码器的层数见表。"
+            f"最终损失（最后 10 步的均值）不低于初始损失、或与 unigram 平台相差不到 {PLATEAU_MARGIN} nats 时，"
+            f"记为*停滞*（{plateau:.3f} nats：不看源句、也不看前缀，只按词频预测 token 时的损失）。"
+            "梯度范数按每层参数计算，取裁剪之前的值；*末层/首层*比较解码器最后一层与第一层。", "",
+            markdown_table(translated(rows, words)), "",
+            "## 原因", "",
+            "初始化时，Post-LN 模型的梯度越靠近输出越大，层数越多越明显：最初几次更新步子一大，就把最后几层推偏，"
+            f"下面的层几乎收不到梯度（*第 1–{EARLY_STEPS} 步*一列），模型停在 unigram 平台上。预热让最初几步保持很小，"
+            "等 Adam 的统计量稳定下来。Pre-LN 从每一层到输出都保留了一条恒等路径，各层梯度大小相近，"
+            "因此不用预热也能在同样的峰值下训练（Xiong et al. 2020, \"On Layer Normalization in the Transformer "
+            "Architecture\"）。Noam 调度在峰值之后还会按 1/√step 衰减，单这一点就会让正常训练的运行最终损失更低；"
+            "预热本身的作用，在于一次运行能不能离开这个平台。",
+        ])
     return "\n".join([
         "## The contrast", "",
         f"Same seed, data and budget for every run of one depth: Adam (batch 32, gradient clipping at 1) at peak "
@@ -260,8 +291,15 @@ def run(settings: LabSettings) -> LessonResult:
         f"Pre-LN: constant rate {_outcomes(pre)}, warm-up {_outcomes(pre_wu)} (gradient last/first "
         f"{_ratios(pre)}×); warm-up rescues Post-LN at depth {rescued or 'none'}: put the norm first for deep stacks.",
     )
+    verdict_zh = (
+        f"Post-LN（论文的做法）在峰值学习率 {PEAK_LR:g}、层数 {depths} 下：恒定学习率 {_outcomes(post, 'zh')}，"
+        f"Noam 预热 {_outcomes(post_wu, 'zh')}；初始化时其解码器最后一层的梯度是第一层的 {_ratios(post)}×。",
+        f"Pre-LN：恒定学习率 {_outcomes(pre, 'zh')}，预热 {_outcomes(pre_wu, 'zh')}（梯度末层/首层 {_ratios(pre)}×）；"
+        f"预热在层数 {rescued or '（无）'} 时救回了 Post-LN：堆得深时，把层归一化放在前面。",
+    )
     # The init ratios are deterministic, and the deepest constant-rate runs part within a few steps (Post-LN sticks
     # at once), so the direction holds at the tests' tiny budgets too; the stuck/trains outcomes need the budget.
     holds = all(a.ratio > b.ratio for a, b in zip(post, pre)) and pre[-1].log.final() < post[-1].log.final()
     figures = [plot_losses(runs, plateau, settings), plot_grads(runs, settings)]
-    return LessonResult(verdict, holds, findings_of(runs, plateau), body_of(runs, plateau), figures)
+    return LessonResult(verdict, holds, findings_of(runs, plateau), body_of(runs, plateau), figures,
+                        verdict_zh, body_of(runs, plateau, "zh"))

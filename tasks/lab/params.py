@@ -20,7 +20,7 @@ from core.model import Transformer, build_transformer
 from core.parts import parameters_by_part
 from plumbing.tables import markdown_table
 from tasks.lab.lesson import LabSettings, LessonResult
-from tasks.lab.toolkit import figure, save
+from tasks.lab.toolkit import figure, save, translated
 
 VOCABULARIES = (1_000, 8_000, 32_000, 37_000, 64_000)
 PAPER_VOCABULARY = 37_000  # the paper's shared EN-DE BPE vocabulary
@@ -112,8 +112,19 @@ def _plot(settings: LabSettings, stacks: dict[str, dict], rows: list[dict]) -> s
     return save(fig, settings.out / "params.png")
 
 
-def _body(base: dict, big: dict, rows: list[dict]) -> str:
-    exact = base["exact"]
+# The Chinese of the tables' headings and words (the notes are written per language in _text).
+WORDS_ZH = {"quantity": "项目", "article": "文章估算", "exact": "精确值", "per encoder layer": "每个编码器层",
+            "per decoder layer": "每个解码器层", "all 12 layers": "全部 12 层",
+            "of which decoder cross-attention": "其中解码器交叉注意力", "of which LayerNorms": "其中层归一化",
+            "embeddings and output (tied)": "嵌入与输出层（共享）", "model": "整个模型", "tying": "权重共享方式",
+            "total (M)": "总量 (M)", "V·D matrices (M)": "V·D 矩阵 (M)", "share %": "占比 %", "part": "部分",
+            "parameters": "参数量", "three-way tied": "三处共享", "shared, separate output": "嵌入共享、输出层单独",
+            "untied": "不共享"}
+
+
+def _text(base: dict, big: dict, rows: list[dict], lang: str) -> tuple[tuple[str, str], str]:
+    """The verdict and the body in ``lang`` ("en" or "zh") from the same counts; tables built once, in English."""
+    exact, m = base["exact"], 1e6
     article = [
         {"quantity": "per encoder layer", "article": base["article_per_layer"], "exact": base["exact_encoder_layer"]},
         {"quantity": "per decoder layer", "article": base["article_per_layer"], "exact": base["exact_decoder_layer"]},
@@ -127,31 +138,30 @@ def _body(base: dict, big: dict, rows: list[dict]) -> str:
               r["vocabulary"] / 1e6, "share %": 100 * r["share"]} for r in rows]
     by_part = [{"part": part, "parameters": n, "share %": 100 * n / exact["total"]}
                for part, n in exact["by_part"].items()]
-    return "\n\n".join([
-        "## The article's per-layer estimate vs the built base model", markdown_table(article),
-        "## The base model by part (V = 37k, three-way tied)", markdown_table(by_part),
-        "## The vocabulary matrices as V grows (base)", markdown_table(sweep),
-        f"The paper's Table 3 lists 65 M parameters for base and 213 M for big; built here: "
-        f"{base['exact']['total'] / 1e6:.1f} M and {big['exact']['total'] / 1e6:.1f} M. Counts come from models "
-        "built on the `meta` device and are checked against `core.accounting`'s formulas; tied matrices are counted "
-        "once. See also `zoo params classic --preset base`.",
-    ])
-
-
-def run(settings: LabSettings) -> LessonResult:
-    """Count, do not train: the same few seconds at any ``settings`` (the first ``meta`` build imports
-    ``torch._dynamo``, which is most of it)."""
-    base, big = article_vs_exact("base"), article_vs_exact("big")
-    rows = vocabulary_sweep("base")
-    stacks = {f"{preset} {name}": exact_count(preset, **TYINGS[name])
-              for preset in ("base", "big") for name in ("three-way tied", "untied")}
     share = {(r["tying"], r["vocab"]): r["share"] for r in rows}
     tied, untied = share["three-way tied", PAPER_VOCABULARY], share["untied", PAPER_VOCABULARY]
     tied_64k, untied_64k = share["three-way tied", VOCABULARIES[-1]], share["untied", VOCABULARIES[-1]]
-    holds = (all(r["formula_matches"] for r in rows) and all(s["formula_matches"] for s in stacks.values())
-             and base["missed_is_cross_attention_and_norms"] and big["missed_is_cross_attention_and_norms"]
-             and _sweep_holds(rows))
-    m = 1e6
+    if lang == "zh":
+        verdict = (
+            f"文章按每层 {base['article_per_layer'] / m:.2f} M × 12 = {base['article_total'] / m:.2f} M 估算，"
+            f"漏掉了解码器的交叉注意力（{base['cross_attention'] / m:.2f} M）和层归一化（{base['norms'] / 1e3:.1f} k）"
+            "："
+            f"各层实际共有 {base['exact_layers'] / m:.2f} M，整个模型 {base['exact']['total'] / m:.2f} M，"
+            f"其中嵌入 {base['exact_embeddings_and_head'] / m:.2f} M。",
+            f"V = 37k 时，V·D 矩阵在不共享时占 base 模型的 {100 * untied:.1f} %，三处共享时占 {100 * tied:.1f} %"
+            f"（V = {VOCABULARIES[-1] // 1000}k：{100 * untied_64k:.1f} % 对 {100 * tied_64k:.1f} %）："
+            "每一组参数都要算上；源语言和目标语言共用词表时，就把嵌入权重共享起来。",
+        )
+        article, by_part, sweep = (translated(table, WORDS_ZH) for table in (article, by_part, sweep))
+        body = "\n\n".join([
+            "## 文章的逐层估算与实际搭建的 base 模型对比", markdown_table(article),
+            "## base 模型各部分的参数（V = 37k，三处共享）", markdown_table(by_part),
+            "## 词表 V 变大时的词表矩阵（base）", markdown_table(sweep),
+            f"论文的表 3 给出 base 65 M、big 213 M 个参数；这里搭建出来的是 {base['exact']['total'] / 1e6:.1f} M 和 "
+            f"{big['exact']['total'] / 1e6:.1f} M。参数量来自在 `meta` 设备上搭建的模型，并与 `core.accounting` "
+            "的公式核对；共享的矩阵只算一次。另见 `zoo params classic --preset base`。",
+        ])
+        return verdict, body
     verdict = (
         f"The article's {base['article_per_layer'] / m:.2f} M per layer × 12 = {base['article_total'] / m:.2f} M "
         f"misses the decoder's cross-attention ({base['cross_attention'] / m:.2f} M) and the LayerNorms "
@@ -161,5 +171,28 @@ def run(settings: LabSettings) -> LessonResult:
         f"three-way tied (V = {VOCABULARIES[-1] // 1000}k: {100 * untied_64k:.1f} % vs {100 * tied_64k:.1f} %): "
         "count every stack, and tie the embeddings when the vocabulary is shared.",
     )
+    body = "\n\n".join([
+        "## The article's per-layer estimate vs the built base model", markdown_table(article),
+        "## The base model by part (V = 37k, three-way tied)", markdown_table(by_part),
+        "## The vocabulary matrices as V grows (base)", markdown_table(sweep),
+        f"The paper's Table 3 lists 65 M parameters for base and 213 M for big; built here: "
+        f"{base['exact']['total'] / 1e6:.1f} M and {big['exact']['total'] / 1e6:.1f} M. Counts come from models "
+        "built on the `meta` device and are checked against `core.accounting`'s formulas; tied matrices are counted "
+        "once. See also `zoo params classic --preset base`.",
+    ])
+    return verdict, body
+
+
+def run(settings: LabSettings) -> LessonResult:
+    """Count, do not train: the same few seconds at any ``settings`` (the first ``meta`` build imports
+    ``torch._dynamo``, which is most of it)."""
+    base, big = article_vs_exact("base"), article_vs_exact("big")
+    rows = vocabulary_sweep("base")
+    stacks = {f"{preset} {name}": exact_count(preset, **TYINGS[name])
+              for preset in ("base", "big") for name in ("three-way tied", "untied")}
+    holds = (all(r["formula_matches"] for r in rows) and all(s["formula_matches"] for s in stacks.values())
+             and base["missed_is_cross_attention_and_norms"] and big["missed_is_cross_attention_and_norms"]
+             and _sweep_holds(rows))
+    (verdict, body), (verdict_zh, body_zh) = (_text(base, big, rows, lang) for lang in ("en", "zh"))
     findings = {"base": base, "big": big, "vocabulary_sweep": rows, "stacks": stacks}
-    return LessonResult(verdict, holds, findings, _body(base, big, rows), [_plot(settings, stacks, rows)])
+    return LessonResult(verdict, holds, findings, body, [_plot(settings, stacks, rows)], verdict_zh, body_zh)

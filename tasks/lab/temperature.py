@@ -20,7 +20,16 @@ import torch
 from core.decoding import greedy_decode, sample_decode, strip_special
 from core.model import Transformer
 from tasks.lab.lesson import LabSettings, LessonResult
-from tasks.lab.toolkit import Seq2SeqData, batch, figure, save, small_transformer, train, translation_data
+from tasks.lab.toolkit import (
+    Seq2SeqData,
+    batch,
+    figure,
+    save,
+    small_transformer,
+    train,
+    translated,
+    translation_data,
+)
 
 TEMPERATURES = (0.7, 1.0, 1.3)
 
@@ -103,8 +112,6 @@ def measure(model: Transformer, data: Seq2SeqData, draws: int, sources: int, see
 
 
 def run(settings: LabSettings) -> LessonResult:
-    from plumbing.tables import markdown_table
-
     data = translation_data(3000, seed=settings.seed)
     steps = settings.steps(300, 250)  # a moderate model on purpose: a perfect one leaves sampling little room
     model = small_transformer(data, seed=settings.seed)
@@ -118,6 +125,45 @@ def run(settings: LabSettings) -> LessonResult:
     holds = (g["deterministic"] and g["bleu"] >= low["bleu"] >= mid["bleu"] >= high["bleu"]
              and all(low[k] <= high[k] for k in ("distinct_1", "distinct_2", "outputs_per_source")))
     findings = {"steps": steps, "draws": draws, "sources": sources, "references": reference, **rows}
+    table = [{"decoding": name, "BLEU": r["bleu"], "BLEU std over draws": r["bleu_std"],
+              "exact match": r["exact_match"], "distinct-1": r["distinct_1"], "distinct-2": r["distinct_2"],
+              "outputs per source": r["outputs_per_source"], "mean length": r["length"]} for name, r in rows.items()]
+    table.append({**dict.fromkeys(table[0]), "decoding": "references", "distinct-1": reference["distinct_1"],
+                  "distinct-2": reference["distinct_2"]})
+    (verdict, body), (verdict_zh, body_zh) = (_text(findings, table, lang) for lang in ("en", "zh"))
+    plot = _plot(rows, reference, draws, settings.out / "temperature.png")
+    return LessonResult(verdict, holds, findings, body, [plot], verdict_zh, body_zh)
+
+
+# The Chinese of the table's headings and rows (the notes are written per language in _text).
+WORDS_ZH = {"decoding": "解码方式", "greedy": "贪心", "BLEU std over draws": "各次抽样 BLEU 的标准差",
+            "exact match": "完全匹配", "outputs per source": "每个源句的不同输出数", "mean length": "平均长度",
+            "references": "参考译文"}
+
+
+def _text(findings: dict, table: list[dict], lang: str) -> tuple[tuple[str, str], str]:
+    """The verdict and the body in ``lang`` ("en" or "zh") from the same numbers (``table``: English headings)."""
+    from plumbing.tables import markdown_table
+
+    g, (low, mid, high) = findings["greedy"], (findings[f"T={t}"] for t in TEMPERATURES)
+    steps, draws, sources, reference = findings["steps"], findings["draws"], findings["sources"], findings["references"]
+    if lang == "zh":
+        verdict = (
+            f"以 T = 0.7 / 1.0 / 1.3 采样，BLEU 为 {low['bleu']:.1f} / {mid['bleu']:.1f} / {high['bleu']:.1f}"
+            f"（贪心 {g['bleu']:.1f}），同时 distinct-1 从 {low['distinct_1']:.3f} 变为 {high['distinct_1']:.3f}，"
+            f"distinct-2 从 {low['distinct_2']:.3f} 变为 {high['distinct_2']:.3f}，"
+            f"一个源句在 {draws} 次抽样中的不同输出从 {low['outputs_per_source']:.1f} 个变成 "
+            f"{high['outputs_per_source']:.1f} 个。",
+            f"贪心解码{'每次都给出同样的输出' if g['deterministic'] else '这次并不确定（输出有变化）'}；"
+            "温度越高，多样性越多、准确度越低，所以只要一个忠实的翻译时就用贪心解码"
+            f"（参考译文的 distinct-2 为 {reference['distinct_2']:.3f}）。",
+        )
+        body = (f"## 同一个模型（{steps} 步）；{sources} 个测试源句，每个温度解码 {draws} 次，种子相同\n\n"
+                f"{markdown_table(translated(table, WORDS_ZH))}\n\n"
+                "*distinct-n*：测试源句上所有生成的 n-gram 中不重复的比例（各次抽样取均值）。"
+                "*每个源句的不同输出数*：一个源句在多次抽样中得到几种不同的译文（贪心：解码 2 次）。"
+                "多样性超过参考译文本身的部分只是噪声，并不是更丰富的德语。\n")
+        return verdict, body
     verdict = (
         f"Sampling at T = 0.7 / 1.0 / 1.3 gives BLEU {low['bleu']:.1f} / {mid['bleu']:.1f} / {high['bleu']:.1f} "
         f"(greedy {g['bleu']:.1f}) while distinct-1 goes {low['distinct_1']:.3f} → {high['distinct_1']:.3f}, "
@@ -127,15 +173,9 @@ def run(settings: LabSettings) -> LessonResult:
         f"a higher temperature buys variety with accuracy, so decode greedily when one faithful translation is "
         f"wanted (references: distinct-2 {reference['distinct_2']:.3f}).",
     )
-    table = [{"decoding": name, "BLEU": r["bleu"], "BLEU std over draws": r["bleu_std"],
-              "exact match": r["exact_match"], "distinct-1": r["distinct_1"], "distinct-2": r["distinct_2"],
-              "outputs per source": r["outputs_per_source"], "mean length": r["length"]} for name, r in rows.items()]
-    table.append({**dict.fromkeys(table[0]), "decoding": "references", "distinct-1": reference["distinct_1"],
-                  "distinct-2": reference["distinct_2"]})
     body = (f"## One model ({steps} steps); {sources} test sources decoded {draws} times per temperature, "
             f"same seed\n\n{markdown_table(table)}\n\n"
             "*distinct-n*: unique n-grams / all generated n-grams over the test sources (mean over draws). "
             "*Outputs per source*: how many different translations one source gets across the draws (greedy: 2 "
             "decodings). Diversity above the references' own is noise, not richer German.\n")
-    plot = _plot(rows, reference, draws, settings.out / "temperature.png")
-    return LessonResult(verdict, holds, findings, body, [plot])
+    return verdict, body

@@ -254,6 +254,17 @@ def saturation(weights: Tensor, threshold: float = 0.99, valid: Tensor | None = 
     return float(top[valid.expand_as(top)].float().mean() if valid is not None else top.float().mean())
 
 
+# --- tables in two languages ---------------------------------------------------------------------------------
+def translated(rows: Sequence[dict], words: dict[str, str]) -> list[dict]:
+    """``rows`` of a table with each heading, and each text cell, that ``words`` names replaced by its translation.
+
+    A lesson builds its table once, in English, and gives the Chinese page the same rows through this: the numbers
+    are the same objects, so the two tables cannot differ but in their words.
+    """
+    return [{words.get(key, key): words.get(value, value) if isinstance(value, str) else value
+             for key, value in row.items()} for row in rows]
+
+
 # --- plots -------------------------------------------------------------------------------------------------
 def figure(nrows: int = 1, ncols: int = 1, width: float = 5.0, height: float = 3.6):
     """A matplotlib (Agg) figure and axes grid of ``nrows × ncols`` panels, each ``width × height`` inches."""
@@ -289,4 +300,4 @@ def smooth(values: Sequence[float], window: int = 10) -> list[float]:
 
 __all__ = ["Seq2SeqData", "TrainLog", "TransformerConfig", "attention_maps", "batch", "bleu", "entropy", "figure",
            "greedy_translations", "noam", "save", "saturation", "sequence_loss", "small_transformer", "smooth",
-           "train", "train_lm", "translation_data"]
+           "train", "train_lm", "translated", "translation_data"]

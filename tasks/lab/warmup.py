@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from tasks.lab.lesson import LabSettings, LessonResult
-from tasks.lab.norm import WIDTH, bounded_bleu, layer_grad_norms, status, unigram_plateau
+from tasks.lab.norm import WIDTH, WORDS_ZH, bounded_bleu, layer_grad_norms, status, unigram_plateau
 from tasks.lab.toolkit import (
     Seq2SeqData,
     TrainLog,
@@ -31,6 +31,7 @@ from tasks.lab.toolkit import (
     small_transformer,
     smooth,
     train,
+    translated,
     translation_data,
 )
 
@@ -104,10 +105,27 @@ def _row(r: Run) -> dict:
             "last/first layer ‖∇‖, first steps (max)": max(r.ratios, default=None)}
 
 
-def _body(runs: list[Run], plateau: float, steps: int) -> str:
-    """The markdown of ``lesson.md``: the setting, the table of the runs, and why."""
+def _body(runs: list[Run], plateau: float, steps: int, lang: str = "en") -> str:
+    """The markdown of ``lesson.md`` (``lang`` "zh": of ``lesson.zh.md``): the setting, the table of the runs,
+    and why."""
     from plumbing.tables import markdown_table
 
+    if lang == "zh":
+        words = {**WORDS_ZH, "peak lr": "峰值学习率", "max ‖∇‖ first steps": "前几步最大 ‖∇‖",
+                 "last/first layer ‖∇‖, first steps (max)": "末层/首层 ‖∇‖，前几步（最大值）"}
+        return "\n".join([
+            "## 对照", "",
+            f"经典的 Post-LN 模型（{DEPTH} + {DEPTH} 层，宽度 {WIDTH}），{steps} 步 Adam（批大小 32，梯度裁剪阈值 1），"
+            f"种子和数据相同；Noam 调度在 {max(1, steps // 3)} 步内预热到峰值，恒定学习率一直停在峰值。"
+            f"*停滞*：最终损失不低于初始值，或落在 unigram 平台上（{plateau:.3f} nats，只按词频预测 token 时的损失）。"
+            "梯度范数取裁剪之前的值；*末层/首层*比较解码器最后一层与第一层。", "",
+            markdown_table(translated([_row(r) for r in runs], words)), "",
+            "## 原因", "",
+            "没有预热时，最初的几次更新步子最大，而这时 Adam 的二阶矩估计只基于寥寥几个批次，Post-LN 的梯度又集中在"
+            "靠近输出的层；峰值较高时，这几步会把最后几层推偏，下面的层变得沉寂（见末层/首层之比），"
+            "loss 停在 unigram 平台上。峰值较低时两种调度都能训练，预热只是多花了几步。Noam 调度在峰值之后还会按 "
+            "1/√step 衰减，单这一点就会让正常训练的运行最终损失更低；预热本身的作用，在于一次运行能不能离开这个平台。",
+        ])
     return "\n".join([
         "## The contrast", "",
         f"The classic Post-LN model ({DEPTH} + {DEPTH} layers, width {WIDTH}), {steps} Adam steps (batch 32, "
@@ -153,6 +171,15 @@ def run(settings: LabSettings) -> LessonResult:
         f"{'/'.join(f'{r.bleu:.1f}' for r in warm)}); trains at peak {shown(usable(warm))} against "
         f"{shown(usable(const))} without: warm up.",
     )
+    verdict_zh = (
+        f"Post-LN 模型用恒定学习率，峰值 {peaks}：最终损失 {losses(const)}"
+        f"（{'/'.join(WORDS_ZH[r.status] for r in const)}，BLEU {'/'.join(f'{r.bleu:.1f}' for r in const)}）；"
+        f"在最高峰值下，最初几步里它解码器最后一层的梯度达到第一层的 {max(const[-1].ratios):.3g}×"
+        f"（预热：{max(warm[-1].ratios):.3g}×）。",
+        f"Noam 预热，峰值和训练预算相同：最终损失 {losses(warm)}（BLEU {'/'.join(f'{r.bleu:.1f}' for r in warm)}）；"
+        f"有预热时能训练的峰值为 {shown(usable(warm)).replace('none', '无')}，没有预热时为 "
+        f"{shown(usable(const)).replace('none', '无')}：要做预热。",
+    )
     holds = warm[-1].log.final() < const[-1].log.final()  # at the highest peak the warm-up ends lower
     findings = {
         "depth": DEPTH, "width": WIDTH, "steps": steps, "warmup_steps": max(1, steps // 3),
@@ -160,4 +187,5 @@ def run(settings: LabSettings) -> LessonResult:
         "runs": {f"{r.peak:g} {r.schedule}": {**_row(r), "grad_norm_first_steps": r.log.grad_norm[:FIRST_STEPS],
                                               "layer_ratio_first_steps": r.ratios} for r in runs},
     }
-    return LessonResult(verdict, holds, findings, _body(runs, plateau, steps), [plot(runs, plateau, settings)])
+    return LessonResult(verdict, holds, findings, _body(runs, plateau, steps), [plot(runs, plateau, settings)],
+                        verdict_zh, _body(runs, plateau, steps, "zh"))

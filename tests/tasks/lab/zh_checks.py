@@ -1,0 +1,42 @@
+"""Checks of a lesson's Chinese text, shared by the lesson tests (each calls them on the run it already makes)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tasks.i18n.article import section
+from tasks.i18n.glossary import check_terms
+from tasks.lab import LessonResult, get_lesson
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# a number as the verdicts print it: 0.93, 1e-3, 45 (of 45%), 1,024; the sign is left out (−∞ vs -inf spellings)
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def numbers(text: str) -> list[str]:
+    """The numbers of ``text`` in order of appearance, as written."""
+    return NUMBER.findall(text)
+
+
+def assert_same_numbers(english: tuple[str, ...], chinese: tuple[str, ...]) -> None:
+    """Each Chinese verdict line holds the numbers of its English line, as a multiset (word order may differ)."""
+    assert len(chinese) == len(english) == 2
+    for en, zh in zip(english, chinese, strict=True):
+        assert sorted(numbers(zh)) == sorted(numbers(en)), (en, zh)
+
+
+def assert_chinese(name: str, result: LessonResult, out: Path | None = None) -> None:
+    """Lesson ``name``'s Chinese text: Chinese, the glossary's terms, the English numbers; its page written."""
+    lesson = get_lesson(name)
+    texts = [lesson.title_zh, lesson.question_zh, *result.verdict_zh, result.body_zh]
+    for text in texts:
+        assert CJK.search(text), text
+    assert check_terms("\n".join(texts)) == []
+    assert lesson.sections and all(section(number) for number in lesson.sections)
+    assert_same_numbers(result.verdict, result.verdict_zh)
+    missing = set(numbers(result.body)) - set(numbers(result.body_zh))
+    assert not missing, f"numbers of the English body missing in the Chinese one: {sorted(missing)}"
+    if out is not None:
+        page = (out / "lesson.zh.md").read_text()
+        assert result.verdict_zh[0] in page and lesson.title_zh in page
