@@ -41,7 +41,11 @@ epochs 37.2 %: its final evaluation was 30 % (matplotlib's attention.png and con
 (tasks.study.grid.STUDY_SETTINGS, a field that cannot change a result), which gives 17.3 % (1 round, load 3-5: the
 final evaluation 9.2 %, the outputs 4.7 %, data 1.9 %), still above 15 %: the confusion matrix and curves are drawn
 for every run. The settings of a study's default run are read from tasks.study.grid (STUDY_EPOCHS, STUDY_SETTINGS:
-translation decodes greedily). The sweep table at
+translation decodes greedily). Then a field ``figures`` (``--figures false``: no curves.png, confusion matrix,
+attention or extrapolation plot; scores and records unchanged, tests/tasks/cifar) that a study's runs all take; the
+three default runs again, ``--study --breakdown --rounds 3`` on a quiet machine (load 0.8-3.0): translation 8.4 %
+(the final evaluation 7.7 %), lm 4.8 % (the final evaluation 3.3 %, data 1.0 %), cifar 5.8 % (data 2.1 %, the final
+evaluation 2.0 %): all three within 15 %. The sweep table at
 ``--study`` could not be measured fairly in that session: under that load, serial's two-thread runs trained 40x slower
 than on an idle machine (220-260 s for ~6 s) while one-thread runs slowed about 4x, which would inflate the parallel
 launchers' ratios; the last fair figures (before this work, load 1.2-1.6): local 1.23x, ray 0.95x.
