@@ -34,7 +34,17 @@ from torch import Tensor, nn
 from core.decoding import greedy_decode, strip_special
 from core.model import Transformer
 from tasks.lab.lesson import LabSettings, LessonResult
-from tasks.lab.toolkit import Seq2SeqData, batch, figure, noam, save, small_transformer, train, translation_data
+from tasks.lab.toolkit import (
+    Seq2SeqData,
+    batch,
+    figure,
+    noam,
+    save,
+    small_transformer,
+    train,
+    translated,
+    translation_data,
+)
 
 DIFFICULTY = "medium"  # "easy" sentences (≤ 9 target tokens) are learnt almost perfectly: nothing to compound
 P_MAX = 0.25  # the largest share of decoder inputs scheduled sampling replaces by the model's own predictions
@@ -237,10 +247,34 @@ def findings_of(runs: dict[str, Run], steps: int, held_out: int) -> dict:
             "greedy_accuracy_gain": accuracy_gain, "mitigation": effect}
 
 
-def verdict_of(f: dict) -> tuple[str, str]:
-    """Two lines built from :func:`findings_of`'s numbers (their wording follows the measured direction)."""
+# The Chinese of the mitigation's outcome, the runs' names and the tables' headings.
+WORDS_ZH = {"helped": "有帮助", "hurt": "反而有害", "made no clear difference": "没有明显差别",
+            "training": "训练方式", "teacher forcing": "教师强制", "scheduled sampling": "计划采样",
+            "TF loss": "TF 损失", "TF token acc": "TF token 准确率", "greedy token acc": "贪心 token 准确率",
+            "greedy BLEU": "贪心解码 BLEU", "exact match": "完全匹配", "gap early": "前段差距", "gap late": "后段差距",
+            "references": "参考句数", "TF acc": "TF 准确率", "greedy acc": "贪心准确率", "on track": "仍在参考前缀上",
+            "SS: TF acc": "SS：TF 准确率", "SS: greedy acc": "SS：贪心准确率", "step": "步数", "SS: BLEU": "SS：BLEU"}
+
+
+def verdict_of(f: dict, lang: str = "en") -> tuple[str, str]:
+    """Two lines built from :func:`findings_of`'s numbers (their wording follows the measured direction), in
+    ``lang`` ("en" or "zh")."""
     tf, ss = f["teacher_forcing"], f["scheduled_sampling"]
     early, late = tf["stages"]["early"], tf["stages"]["late"]
+    ss_late = ss["stages"]["late"]
+    if lang == "zh":
+        grows = "随输出位置变大" if f["checks"]["gap_grows_with_position"] else "并没有随输出位置变大"
+        return (
+            f"用教师强制训练 {f['steps']} 步后，喂给模型参考前缀时它在留出集上答对 {tf['tf_accuracy']:.0%} 的 token，"
+            f"让它自由生成时只答对 {tf['greedy_accuracy']:.0%}（贪心解码 BLEU {tf['bleu']:.1f}）；这个差距{grows}："
+            f"位置 {early['positions']} 为 {early['gap']:+.0%}，位置 {late['positions']} 为 {late['gap']:+.0%}"
+            f"（教师强制 {early['teacher_forced']:.0%} → {late['teacher_forced']:.0%}，贪心 {early['greedy']:.0%} → "
+            f"{late['greedy']:.0%}，仍在参考前缀上的比例：{late['on_track']:.0%}）。",
+            f"计划采样（以逐渐升到 {f['p_max']} 的概率 p 输入模型自己的 arg-max 结果，种子、批次和训练预算相同）"
+            f"在这里{WORDS_ZH[f['mitigation']]}：贪心解码 BLEU {ss['bleu']:.1f} 对 {tf['bleu']:.1f}，贪心 token 准确率 "
+            f"{ss['greedy_accuracy']:.0%} 对 {tf['greedy_accuracy']:.0%}，后段位置的差距 {ss_late['gap']:+.0%} 对 "
+            f"{late['gap']:+.0%}（一个种子）；评价模型要看它自由生成的输出，不能看教师强制下的准确率。",
+        )
     grows = "grows" if f["checks"]["gap_grows_with_position"] else "does NOT grow"
     first = (f"After {f['steps']} teacher-forced steps the model gets {tf['tf_accuracy']:.0%} of held-out tokens right "
              f"when fed the reference prefix but {tf['greedy_accuracy']:.0%} when it runs free (greedy BLEU "
@@ -248,7 +282,6 @@ def verdict_of(f: dict) -> tuple[str, str]:
              f"{early['positions']} to {late['gap']:+.0%} at {late['positions']} (teacher-forced "
              f"{early['teacher_forced']:.0%} → {late['teacher_forced']:.0%}, greedy {early['greedy']:.0%} → "
              f"{late['greedy']:.0%}, still on the reference prefix: {late['on_track']:.0%}).")
-    ss_late = ss["stages"]["late"]
     second = (f"Scheduled sampling (own arg-max inputs with p rising to {f['p_max']}, same seed, batches and "
               f"budget) {f['mitigation']} here: greedy BLEU {ss['bleu']:.1f} vs {tf['bleu']:.1f}, greedy token "
               f"accuracy {ss['greedy_accuracy']:.0%} vs {tf['greedy_accuracy']:.0%}, late-position gap "
@@ -304,7 +337,8 @@ def _plot_positions(runs: dict[str, Run], path) -> str:
     return save(fig, path)
 
 
-def _body(f: dict) -> str:
+def _body(f: dict, lang: str = "en") -> str:
+    """The markdown between the verdict and the plots, in ``lang`` ("en" or "zh"): tables built once, relabelled."""
     from plumbing.tables import markdown_table
 
     tf, ss = f["teacher_forcing"], f["scheduled_sampling"]
@@ -318,6 +352,21 @@ def _body(f: dict) -> str:
     curve = [{"step": a["step"], "TF acc": a["tf_accuracy"], "greedy acc": a["greedy_accuracy"], "BLEU": a["bleu"],
               "SS: TF acc": b["tf_accuracy"], "SS: greedy acc": b["greedy_accuracy"], "SS: BLEU": b["bleu"]}
              for a, b in zip(tf["curve"], ss["curve"])]
+    if lang == "zh":
+        table, positions, curve = (translated(rows, WORDS_ZH) for rows in (table, positions, curve))
+        return "\n\n".join([
+            f"## 训练 {f['steps']} 步后，{f['held_out']} 个留出句子（{f['difficulty']} 语料）",
+            markdown_table(table),
+            "*TF*：教师强制（解码器读入参考前缀）。*贪心 token 准确率*：贪心输出在位置 t 的 token 与参考译文在 t 的 "
+            "token 相同（含 EOS；漏掉或多出一个 token 会让后面整体错位，自由生成的错误正是这样累积的）。"
+            "*前段 / 后段差距*：在前三个位置 / 所报告位置的最后三分之一上，TF 准确率减去贪心准确率。",
+            f"## 逐个输出位置（至少有 {MIN_COUNT} 个参考句能到达的位置）",
+            markdown_table(positions),
+            "## 训练过程中（留出集检查点）",
+            markdown_table(curve),
+            f"计划采样在最后几步里替换了 {f['replaced_share_last_steps']:.1%} 的解码器输入（p 乘以它的猜测是真实 token "
+            "的位置所占比例）；它的训练损失是在这些混合输入上测的，所以只有留出集上的数字能比较两次运行。",
+        ])
     return "\n\n".join([
         f"## After {f['steps']} steps, {f['held_out']} held-out sentences ({f['difficulty']} corpus)",
         markdown_table(table),
@@ -349,4 +398,4 @@ def run(settings: LabSettings) -> LessonResult:
     figures = [_plot_training(runs, settings.out / "exposure_training.png"),
                _plot_positions(runs, settings.out / "exposure_positions.png")]
     f["train_loss"] = {name: r.loss for name, r in runs.items()}
-    return LessonResult(verdict_of(f), f["holds"], f, _body(f), figures)
+    return LessonResult(verdict_of(f), f["holds"], f, _body(f), figures, verdict_of(f, "zh"), _body(f, "zh"))

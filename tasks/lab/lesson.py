@@ -82,8 +82,8 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("moe-routing", "How MoE routes tokens", "ffn",
            "Does the load collapse without the balancing loss, what do the capacity factor and top-1 vs top-2 "
            "drop and cost, and how does a batch-ranked capacity leak the future?", "tasks.lab.moe_routing",
-           ("4.1", "6.4"), "MoE 如何分配 token ",
-           "去掉负载均衡损失后负载会不会坍缩？容量因子和 top-1、top-2 各丢掉多少 token 、多花多少计算？"
+           ("4.1", "6.4"), "MoE 如何分配 token",
+           "去掉负载均衡损失后负载会不会坍缩？容量因子和 top-1、top-2 各丢掉多少 token、多花多少计算？"
            "按整批排序的容量又是怎样泄漏未来信息的？"),
     Lesson("exposure-bias", "Exposure bias: teacher forcing vs free running", "decoding",
            "How far does greedy decoding fall below the teacher-forced accuracy, position by position, and does "

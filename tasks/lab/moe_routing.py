@@ -46,6 +46,7 @@ from tasks.lab.toolkit import (
     save,
     sequence_loss,
     small_transformer,
+    translated,
     translation_data,
 )
 from zoo.analysis.probes import causal_leak
@@ -323,7 +324,8 @@ def run(settings: LabSettings) -> LessonResult:
     findings = _findings(balance, sweep, top1, bench.steps)
     figures = [_plot_load(balance, settings.out / "moe_load.png"),
                _plot_capacity(findings, settings.out / "moe_capacity.png")]
-    return LessonResult(_verdict(findings), findings["holds"], findings, _body(findings), figures)
+    return LessonResult(_verdict(findings), findings["holds"], findings, _body(findings), figures,
+                        _verdict(findings, "zh"), _body(findings, "zh"))
 
 
 def _findings(balance: dict, sweep: list[dict], top1: dict, steps: int) -> dict:
@@ -343,11 +345,31 @@ def _findings(balance: dict, sweep: list[dict], top1: dict, steps: int) -> dict:
             "checks": checks, "holds": all(checks.values())}
 
 
-def _verdict(f: dict) -> tuple[str, str]:
+def _verdict(f: dict, lang: str = "en") -> tuple[str, str]:
+    """Two lines from the findings' numbers (their wording follows the measured direction), in ``lang``."""
     without, with_ = f["balance"]["without"], f["balance"]["with"]
     collapsed = with_["mean_load_entropy"] - without["mean_load_entropy"] > COLLAPSE
     low, high = f["capacity"][0], f["capacity"][-1]
     default, top1 = next(r for r in f["capacity"] if r["factor"] == 1.25), f["top1"]
+    leak_ = default["leak"]
+    causal = max(r["leak"]["causal"] for r in (*f["capacity"], top1))
+    if lang == "zh":
+        return (
+            f"没有负载均衡损失时，top-1 路由器的负载{'坍缩了' if collapsed else '没有坍缩'}：训练过程中负载熵为 "
+            f"{without['mean_load_entropy']:.2f} nats，有均衡损失时为 {with_['mean_load_entropy']:.2f}（均匀分配：ln "
+            f"{f['experts']} = {f['ln_experts']:.2f}；训练结束时 {without['load_entropy']:.2f} 对 "
+            f"{with_['load_entropy']:.2f}），最忙的专家最多接下 {without['peak_max_load']:.0%} 的 token，"
+            "有均衡损失时为 "
+            f"{with_['peak_max_load']:.0%}；top-2 在容量因子 {low['factor']:g} 下丢弃 {low['dropped']:.0%} 的分配"
+            f"（BLEU {low['bleu']:.1f}），在 {high['factor']:g} 下丢弃 {high['dropped']:.0%}（BLEU {high['bleu']:.1f}）"
+            "；"
+            f"容量因子 1.25 时 top-1 丢弃 {top1['dropped']:.0%}（BLEU {top1['bleu']:.1f}），top-2 丢弃 "
+            f"{default['dropped']:.0%}（BLEU {default['bleu']:.1f}）。",
+            f"把整批的分配放在一起排序（先排所有第一选择）{'会泄漏' if leak_['batch_ranked'] > 0 else '这次没有泄漏'}"
+            f"未来信息：改变位置 t 之后的目标，位置 <= t 的 logits 最多变化 {leak_['batch_ranked']:.3g}"
+            f"（{leak_['positions']} 个位置 t 中有 {leak_['batch_ranked_positions_moved']} 个受影响），而本库按句子、"
+            f"按位置顺序计算的容量只有 {causal:.3g}：保留负载均衡损失，并让容量只能被同一句子中更早的 token 占用。",
+        )
     first = (f"Without the balancing loss the top-1 router's load {'collapses' if collapsed else 'does not collapse'}: "
              f"load entropy {without['mean_load_entropy']:.2f} vs {with_['mean_load_entropy']:.2f} nats with it over "
              f"training (uniform: ln {f['experts']} = {f['ln_experts']:.2f}; at the end {without['load_entropy']:.2f} "
@@ -356,8 +378,6 @@ def _verdict(f: dict) -> tuple[str, str]:
              f"{low['dropped']:.0%} of assignments (BLEU {low['bleu']:.1f}), at {high['factor']:g} "
              f"{high['dropped']:.0%} (BLEU {high['bleu']:.1f}); at 1.25 top-1 drops {top1['dropped']:.0%} "
              f"(BLEU {top1['bleu']:.1f}), top-2 {default['dropped']:.0%} (BLEU {default['bleu']:.1f}).")
-    leak_ = default["leak"]
-    causal = max(r["leak"]["causal"] for r in (*f["capacity"], top1))
     second = (f"Ranking the whole batch's assignments together (first choices first) "
               f"{'leaks' if leak_['batch_ranked'] > 0 else 'did not leak'} the future: changing the target after "
               f"position t moves the logits at <= t by up to {leak_['batch_ranked']:.3g} "
@@ -367,7 +387,19 @@ def _verdict(f: dict) -> tuple[str, str]:
     return first, second
 
 
-def _body(f: dict) -> str:
+# The Chinese of the tables' headings and words.
+WORDS_ZH = {"top-1, dropless": "top-1，不丢弃", "without": "无", "with": "有", "balance weight": "均衡损失权重",
+            "load entropy, mean over training": "负载熵，训练中均值", "load entropy, lowest": "负载熵，最低",
+            "load entropy, end": "负载熵，结束时", "busiest expert, highest": "最忙专家，最高",
+            "busiest expert, end": "最忙专家，结束时", "final training loss": "最终训练损失", "routing": "路由",
+            "capacity factor": "容量因子", "dropped": "丢弃比例", "held-out loss, capacity on": "留出集损失，开启容量",
+            "held-out loss, dropless": "留出集损失，不丢弃", "test BLEU": "测试集 BLEU", "load entropy": "负载熵",
+            "leak, batch-ranked": "泄漏，整批排序", "leak, per sequence": "泄漏，按句子", "direction": "方向",
+            "seen": "观察到"}
+
+
+def _body(f: dict, lang: str = "en") -> str:
+    """The markdown between the verdict and the plots, in ``lang`` ("en" or "zh"): tables built once, relabelled."""
     b = f["balance"]
     balance = [{"top-1, dropless": name, "balance weight": b[name]["balance_weight"],
                 "load entropy, mean over training": b[name]["mean_load_entropy"],
@@ -380,6 +412,29 @@ def _body(f: dict) -> str:
                  "leak, batch-ranked": r["leak"]["batch_ranked"], "leak, per sequence": r["leak"]["causal"]}
                 for r in (*f["capacity"], f["top1"])]
     checks = [{"direction": k, "seen": "✓" if v else "✗"} for k, v in f["checks"].items()]
+    if lang == "zh":
+        balance, capacity, checks = (translated(rows, WORDS_ZH) for rows in (balance, capacity, checks))
+        return "\n\n".join([
+            "## 模型与训练预算",
+            f"实验室的小 Transformer，宽度 {f['width']}（2 + 2 层，4 个头），编码器和解码器第 1 层的前馈网络换成 "
+            f"`zoo.moe.MoEFFN`，含 {f['experts']} 个宽度 {2 * f['width']} 的专家；{f['steps']} 步 Adam，每批 32 句"
+            f"（先预热，再线性衰减），损失 = 任务损失 + z-loss {f['z_weight']:g} + 均衡损失 × 下表中的权重。"
+            "负载和丢弃比例在 64 个留出句子上以训练模式（开启容量）测量，每次运行约 25 次（容量实验中 8 次），"
+            "取两个 MoE 层的平均；“结束时”是最后四分之一次测量的均值。",
+            "## 1. 负载均衡（top-1，不设容量，坍缩无处可藏）",
+            markdown_table(balance),
+            "## 2-3. 容量因子，top-1 与 top-2（开启均衡损失）",
+            markdown_table(capacity),
+            "评估时不丢弃，所以不丢弃的损失和 BLEU 反映训练中的丢弃让权重付出了多少代价；开启容量的损失是训练批次"
+            "实际看到的。top-1 每个 token 只跑一个专家：专家部分的 FLOPs 是 top-2 的一半，每句的容量 "
+            "⌈factor · N / E⌉ 也只有一半。",
+            "## 4. 谁在争抢一个名额",
+            "泄漏由 `zoo.analysis.probes.causal_leak` 在留出批次上测量，用训练好的权重、训练模式：把位置 t 之后的"
+            "每个目标 token 都换掉，取所有 t 中位置 <= t 的 logits 的最大变化。*整批排序*：每个专家为整个批次排一个"
+            "队，所有第一选择排在任何第二选择之前（`batch_ranked_dispatch`，实验室里的开关）；*按句子*：本库的容量，"
+            "在每个句子内按位置顺序计数。两者的专家缓冲区相同，也都不路由填充位置。",
+            "## 方向", markdown_table(checks),
+        ])
     return "\n\n".join([
         "## The model and the budget",
         f"The lab's tiny Transformer at width {f['width']} (2 + 2 layers, 4 heads) whose FFN in layer 1 of the "

@@ -21,6 +21,7 @@ from tasks.lab.exposure_bias import (
 )
 from tasks.lab.toolkit import batch, small_transformer, translation_data
 from tests.numerics import float64
+from tests.tasks.lab.zh_checks import assert_chinese, assert_same_numbers
 
 
 def test_mix_probability_waits_then_rises_linearly_to_p_max():
@@ -101,11 +102,15 @@ def test_the_verdict_follows_the_numbers_both_ways():
     first, second = verdict_of(f)
     assert "the gap grows along the output" in first and "+5% at positions 0–2 to +45% at 6–8" in first
     assert "helped here: greedy BLEU 45.0 vs 40.0" in second
+    first_zh, second_zh = verdict_of(f, "zh")
+    assert "随输出位置变大" in first_zh and "有帮助" in second_zh and "BLEU 45.0 对 40.0" in second_zh
+    assert_same_numbers((first, second), (first_zh, second_zh))
     f = findings_of({"teacher forcing": _run("teacher forcing", flat, flat, 40.0),
                      "scheduled sampling": _run("scheduled sampling", flat, falling, 30.0)}, 50, 100)
     assert not f["holds"] and f["mitigation"] == "hurt"
     first, second = verdict_of(f)
     assert "does NOT grow" in first and "hurt here" in second
+    assert "并没有随输出位置变大" in verdict_of(f, "zh")[0] and "反而有害" in verdict_of(f, "zh")[1]
     f = findings_of({"teacher forcing": base, "scheduled sampling": _run("scheduled sampling", flat, falling, 40.5)},
                     50, 100)
     assert "made no clear difference here" in verdict_of(f)[1]
@@ -140,3 +145,4 @@ def test_reduced_lesson_writes_its_numbers_and_figures(tmp_path):
     assert record["findings"]["mitigation"] in ("helped", "hurt", "made no clear difference")
     for name in ("lesson.md", "exposure_training.png", "exposure_positions.png"):
         assert (tmp_path / name).exists()
+    assert_chinese("exposure-bias", result, tmp_path)

@@ -19,6 +19,7 @@ from tasks.lab.moe_routing import (
     use_batch_ranking,
 )
 from tasks.lab.toolkit import batch, small_transformer, translation_data
+from tests.tasks.lab.zh_checks import assert_chinese, assert_same_numbers
 from zoo.moe import MoEFFN, moe_layers
 from zoo.moe.dispatch import plan_dispatch
 
@@ -111,8 +112,12 @@ def test_the_verdict_follows_the_numbers_both_ways():
     assert "top-1 drops 12%" in first and "top-2 4%" in first
     assert "leaks the future" in second and "up to 2.5 (5 of 9 positions t), against 0 with" in second
     assert "| without | 0 | 1.2 |" in _body(held) and "| top-1 | 1.25 | 0.12 |" in _body(held)
+    first_zh, second_zh = _verdict(held, "zh")
+    assert "负载坍缩了" in first_zh and "会泄漏" in second_zh and "| 无 | 0 | 1.2 |" in _body(held, "zh")
+    assert_same_numbers((first, second), (first_zh, second_zh))
     balanced = _synthetic(1.95, 2.0, 2.5)
     assert not balanced["holds"] and "does not collapse" in _verdict(balanced)[0]
+    assert "没有坍缩" in _verdict(balanced, "zh")[0]
     sealed = _synthetic(1.2, 1.8, 0.0)
     assert not sealed["holds"] and "did not leak" in _verdict(sealed)[1]
     leaky = _synthetic(1.2, 1.8, 2.5, causal_leak=1e-6)
@@ -137,3 +142,4 @@ def test_reduced_lesson_directions_and_files(tmp_path):
     assert [r["factor"] for r in record["findings"]["capacity"]] == [0.5, 1.0, 1.25, 2.0]
     for name in ("lesson.md", "result.json", "moe_load.png", "moe_capacity.png"):
         assert (tmp_path / name).exists()
+    assert_chinese("moe-routing", result, tmp_path)
