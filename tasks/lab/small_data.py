@@ -38,7 +38,7 @@ from tasks.cifar.distill import objective_loss
 from tasks.cifar.reference import matched_width, resnet18_small, training_flops
 from tasks.cifar.task import warmup_cosine
 from tasks.lab.lesson import LabSettings, LessonResult
-from tasks.lab.toolkit import figure, save
+from tasks.lab.toolkit import figure, save, translated
 from zoo.registry import create
 
 FRACTIONS = (0.1, 0.3, 1.0)
@@ -176,7 +176,8 @@ def run(settings: LabSettings) -> LessonResult:
             accuracies[name][fraction] = accuracy(model, images, normalize)
             teacher = model if kind == "cnn" else teacher
     findings = _findings(accuracies, flops, width, steps, subsets, curves)
-    return LessonResult(_verdict(findings), findings["holds"], findings, _body(findings), [_plot(settings, findings)])
+    return LessonResult(_verdict(findings), findings["holds"], findings, _body(findings), [_plot(settings, findings)],
+                        _verdict(findings, "zh"), _body(findings, "zh"))
 
 
 def _findings(accuracies: dict, flops: dict, width: int, steps: int, subsets: dict, curves: dict) -> dict:
@@ -206,17 +207,32 @@ def _pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
-def _verdict(f: dict) -> tuple[str, str]:
+def _verdict(f: dict, lang: str = "en") -> tuple[str, str]:
+    """Two lines from the findings' numbers (their wording follows the measured direction), in ``lang``."""
     small, big = FRACTIONS[0], FRACTIONS[-1]
     lead, deit = f["cnn_lead"], f["cnn_lead_over_deit"]
     acc = f["accuracy"]
+    relieved = lead[small] > 0 and deit[small] <= (1 - RELIEF) * lead[small]
+    share = 1 - deit[small] / lead[small] if lead[small] > 0 else float("nan")
+    if lang == "zh":
+        return (
+            f"在小数据上，ViT {'输给了' if lead[small] > 0 else '没有输给'} FLOPs 相同的 CNN：{f['images'][small]} "
+            "张图像时 "
+            f"{100 * acc['ViT'][small]:.1f} % 对 {100 * acc['CNN'][small]:.1f} %（CNN 领先 {_pts(lead[small])} "
+            "个百分点），"
+            f"用全部 {f['images'][big]} 张时领先 {_pts(lead[big])} 个百分点：数据增加到十倍，领先"
+            f"{'缩小' if lead[big] < lead[small] else '扩大'}了 {100 * abs(lead[small] - lead[big]):.1f} 个百分点。",
+            f"DeiT（以这个 CNN 为教师 + TrivialAugment）{'基本弥补了' if relieved else '没能基本弥补'}这个差距："
+            f"{small:.0%} 数据时 {100 * acc['DeiT'][small]:.1f} %（相对 "
+            f"ViT {_pts(acc['DeiT'][small] - acc['ViT'][small])}，"
+            f"补上了差距的 {share:.0%}），{big:.0%} 数据时 {100 * acc['DeiT'][big]:.1f} %；文章的说法在这里"
+            f"{'成立' if f['holds'] else '不成立'}。",
+        )
     first = (f"ViT {'loses to' if lead[small] > 0 else 'does not lose to'} a CNN of the same FLOPs on small data: "
              f"{100 * acc['ViT'][small]:.1f} % vs {100 * acc['CNN'][small]:.1f} % with {f['images'][small]} images "
              f"(CNN lead {_pts(lead[small])} points), {_pts(lead[big])} points with all {f['images'][big]}: the lead "
              f"{'shrinks' if lead[big] < lead[small] else 'grows'} by {100 * abs(lead[small] - lead[big]):.1f} "
              "points as the data grows tenfold.")
-    relieved = lead[small] > 0 and deit[small] <= (1 - RELIEF) * lead[small]
-    share = 1 - deit[small] / lead[small] if lead[small] > 0 else float("nan")
     second = (f"DeiT (that CNN as teacher + TrivialAugment) "
               f"{'largely relieves' if relieved else 'does not largely relieve'} it: {100 * acc['DeiT'][small]:.1f} % "
               f"at {small:.0%} ({_pts(acc['DeiT'][small] - acc['ViT'][small])} "
@@ -225,7 +241,22 @@ def _verdict(f: dict) -> tuple[str, str]:
     return first, second
 
 
-def _body(f: dict) -> str:
+def _words_zh(f: dict) -> dict[str, str]:
+    """The Chinese of the tables' headings and the checks' sentences (some name the data's sizes)."""
+    return {"model": "模型", "MFLOPs / training image": "每张训练图像 MFLOPs", "fraction": "数据比例",
+            "epochs": "轮数", "CNN − ViT (points)": "CNN − ViT（百分点）", "CNN − DeiT (points)": "CNN − "
+            "DeiT（百分点）",
+            "direction": "方向", "seen": "观察到",
+            **{f"top-1 at {fr:.0%} ({f['images'][fr]})": f"{fr:.0%} 数据（{f['images'][fr]} 张）top-1"
+               for fr in f["fractions"]},
+            "ViT loses to the CNN on the smallest data": "最小数据上 ViT 输给 CNN",
+            "the CNN's lead shrinks as data grows": "数据变多时 CNN 的领先缩小",
+            f"DeiT closes at least {RELIEF:.0%} of that lead on the smallest data":
+                f"最小数据上 DeiT 至少补上这段领先的 {RELIEF:.0%}"}
+
+
+def _body(f: dict, lang: str = "en") -> str:
+    """The markdown between the verdict and the plot, in ``lang`` ("en" or "zh"): tables built once, relabelled."""
     names = list(f["accuracy"])
     table = [{"model": n, "MFLOPs / training image": f["flops_per_image"][n] / 1e6,
               **{f"top-1 at {fr:.0%} ({f['images'][fr]})": f["accuracy"][n].get(fr, "–") for fr in f["fractions"]}}
@@ -233,6 +264,23 @@ def _body(f: dict) -> str:
     gaps = [{"fraction": f"{fr:.0%}", "epochs": f["epochs"][fr], "CNN − ViT (points)": 100 * f["cnn_lead"][fr],
              "CNN − DeiT (points)": 100 * f["cnn_lead_over_deit"][fr]} for fr in f["fractions"]]
     checks = [{"direction": k, "seen": "✓" if v else "✗"} for k, v in f["checks"].items()]
+    if lang == "zh":
+        table, gaps, checks = (translated(rows, _words_zh(f)) for rows in (table, gaps, checks))
+        return "\n\n".join([
+            "## 步数相同，每步的图像数相同",
+            f"每次运行：{f['steps']} 步 AdamW，每步 {f['batch']} 张图像（峰值学习率 {f['lr']:g}，先预热再余弦衰减，"
+            "标签平滑 0.1，"
+            f"权重衰减 0.05），在 1,000 张测试图像上评分。CNN 是宽度 {f['cnn_width']} 的 ResNet-18"
+            f"（各阶段 {f['cnn_width']}、{2 * f['cnn_width']}、{4 * f['cnn_width']}、{8 * f['cnn_width']}）："
+            f"每张图像的训练 FLOPs 是 ViT 的 {f['cnn_to_vit_flops']:.2f}×（torch.utils.flop_counter，FLOPs = "
+            "2·MACs，前向 + 反向）。",
+            markdown_table(table),
+            "## CNN 的领先随数据量的变化",
+            markdown_table(gaps),
+            "步数固定，意味着数据越多、遍历的轮数越少：最小的子集被反复看了很多遍，"
+            "没有局部性先验的模型正是在这里过拟合。",
+            "## 方向", markdown_table(checks),
+        ])
     return "\n\n".join([
         "## Same steps, same images per step",
         f"Every run: {f['steps']} AdamW steps of {f['batch']} images (peak rate {f['lr']:g}, warm-up then cosine, "

@@ -7,7 +7,17 @@ import torch
 
 from tasks.cifar.reference import matched_width, resnet18_flops
 from tasks.lab import LabSettings, run_lesson
-from tasks.lab.small_data import FRACTIONS, LESSON_VIT, _findings, _verdict, load, nested_subsets, per_image_flops
+from tasks.lab.small_data import (
+    FRACTIONS,
+    LESSON_VIT,
+    _body,
+    _findings,
+    _verdict,
+    load,
+    nested_subsets,
+    per_image_flops,
+)
+from tests.tasks.lab.zh_checks import assert_chinese, assert_same_numbers
 
 
 def test_subsets_are_nested_and_stratified():
@@ -42,8 +52,13 @@ def test_the_verdict_follows_the_numbers_both_ways():
     first, second = _verdict(held)
     assert "loses to" in first and "80.0 %" in first and "+20.0 points" in first and "shrinks by 17.0" in first
     assert "largely relieves" in second and "75% of the gap closed" in second and "held here" in second
+    first_zh, second_zh = _verdict(held, "zh")
+    assert "输给了" in first_zh and "缩小了 17.0" in first_zh and "基本弥补了" in second_zh and "成立" in second_zh
+    assert_same_numbers((first, second), (first_zh, second_zh))
+    assert "| 最小数据上 ViT 输给 CNN | ✓ |" in _body(held, "zh")
     missed = _synthetic(vit=(0.60, 0.75, 0.85), cnn=(0.80, 0.85, 0.88), deit=(0.62, 0.76, 0.85))
     assert not missed["holds"] and "does not largely relieve" in _verdict(missed)[1]
+    assert "没能基本弥补" in _verdict(missed, "zh")[1] and "不成立" in _verdict(missed, "zh")[1]
     reversed_ = _synthetic(vit=(0.82, 0.85, 0.88), cnn=(0.80, 0.85, 0.88), deit=(0.83, 0.85, 0.88))
     assert not reversed_["holds"] and "does not lose to" in _verdict(reversed_)[0]
 
@@ -61,3 +76,4 @@ def test_reduced_lesson_measures_the_cnns_lead_and_writes(tmp_path):
     assert record["findings"]["images"] == {"0.1": 500, "0.3": 1500, "1.0": 5000}
     for name in ("lesson.md", "result.json", "small_data.png"):
         assert (tmp_path / name).exists()
+    assert_chinese("small-data", result, tmp_path)
