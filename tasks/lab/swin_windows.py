@@ -43,7 +43,7 @@ from tasks.compare.stats import mcnemar_exact
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.scale import log_slope
 from tasks.lab.small_data import Images, Normalize, load, train
-from tasks.lab.toolkit import figure, save, smooth
+from tasks.lab.toolkit import figure, save, smooth, translated
 from zoo.analysis.delta import FLOP_CONVENTION, module_flops
 from zoo.registry import create
 from zoo.swin.attention import WindowAttention
@@ -275,10 +275,13 @@ def _findings(cost: dict, sides: Sequence[int], fields: dict, leak: int, runs: d
     }
 
 
-def _verdict(f: dict) -> tuple[str, str]:
+def _verdict(f: dict, lang: str = "en") -> tuple[str, str]:
+    """Two lines from the findings' numbers (their wording follows the measured direction), in ``lang``."""
     e, n = f["exponents"], f["tokens"]
     cost = f["cost"]
     linear = abs(e["window"]["kernel_flops"] - LINEAR) < SLACK and abs(e["global"]["kernel_flops"] - QUADRATIC) < SLACK
+    if lang == "zh":
+        return _verdict_zh(f, linear)
     first = (f"Windows {'make' if linear else 'do not make'} attention linear in the image size: from {n[0]} to "
              f"{n[-1]} patches the kernel's FLOPs grow as N^{e['window']['kernel_flops']:.2f} in windows vs "
              f"N^{e['global']['kernel_flops']:.2f} globally (time N^{e['window']['seconds']:.2f} vs "
@@ -302,7 +305,57 @@ def _verdict(f: dict) -> tuple[str, str]:
     return first, second
 
 
-def _body(f: dict) -> str:
+def _verdict_zh(f: dict, linear: bool) -> tuple[str, str]:
+    """:func:`_verdict` in Chinese: the same numbers, formatted the same way."""
+    e, n, cost = f["exponents"], f["tokens"], f["cost"]
+    fld, last = f["field"], max(f["field"]["blocks"])
+    p, w = fld["patches"], fld["window"] ** 2
+    gain = 100 * f["accuracy_gain"]
+    effect = (("提高了" if gain > 0 else "降低了") + "测试集 top-1" if f["mcnemar_p"] < 0.05
+              else "对测试集 top-1 的影响在噪声范围内")
+    first = (f"窗口{'确实' if linear else '没有'}让注意力的计算量随图像大小线性增长：从 {n[0]} 到 {n[-1]} 个图像块，"
+             f"注意力核的 FLOPs 在窗口内按 N^{e['window']['kernel_flops']:.2f} 增长，全局按 "
+             f"N^{e['global']['kernel_flops']:.2f} 增长（时间 N^{e['window']['seconds']:.2f} 对 "
+             f"N^{e['global']['seconds']:.2f}）；在 {n[-1]} 个图像块时，全局层的 FLOPs 是窗口层的 "
+             f"{cost['global']['flops'][-1] / cost['window']['flops'][-1]:.1f}×，时间是 "
+             f"{cost['global']['seconds'][-1] / cost['window']['seconds'][-1]:.1f}×。")
+    second = (f"不移位时，一个 token 的感受野始终是它所在的 {w} 个图像块的窗口（{last} 个块内从 {p['no shift'][1]} 到 "
+              f"{p['no shift'][last]} 个图像块，窗口外 {fld['outside_window']['no shift'][last]} 个）；移位后感受野在 "
+              f"{', '.join(str(k) for k in fld['blocks'])} 个块之后增长为 "
+              f"{' → '.join(str(p['shift'][k]) for k in fld['blocks'])} 个图像块；训练 {f['steps']} 步后，移位"
+              f"{effect}：{100 * f['accuracy']['shift']:.1f} % 对 {100 * f['accuracy']['no shift']:.1f} %"
+              f"（{gain:+.1f} 个百分点，McNemar p = {f['mcnemar_p']:.2g}；训练损失 "
+              f"{f['final_loss']['shift']:.2f} 对 {f['final_loss']['no shift']:.2f}）。")
+    return first, second
+
+
+def _words_zh(f: dict) -> dict[str, str]:
+    """The Chinese of the tables' headings and words, and of the checks' sentences (some name the measured depth)."""
+    last = max(f["field"]["blocks"])
+    return {"patches N": "图像块数 N", "global MFLOPs": "全局 MFLOPs", "global ms": "全局 ms",
+            "window MFLOPs": "窗口 MFLOPs", "window ms": "窗口 ms", "attention": "注意力", "global": "全局",
+            "window": "窗口", "kernel FLOPs": "注意力核 FLOPs", "layer FLOPs": "整层 FLOPs",
+            "time (3 largest maps)": "时间（最大的 3 个尺寸）", "blocks": "块数", "no shift: patches": "不移位："
+            "图像块数",
+            "shift: patches": "移位：图像块数", "no shift: outside the window": "不移位：窗口外",
+            "shift: outside the window": "移位：窗口外", "model": "模型", "shift": "移位", "no shift": "不移位",
+            "test top-1": "测试集 top-1", "final loss (last 20 steps)": "最终损失（最后 20 步）",
+            "direction": "方向", "seen": "观察到",
+            f"windowed kernel FLOPs grow as N^{LINEAR:g} (±{SLACK})": f"窗口注意力核的 FLOPs 按 N^{LINEAR:g} "
+            f"增长（±{SLACK}）",
+            f"global kernel FLOPs grow as N^{QUADRATIC:g} (±{SLACK})":
+                f"全局注意力核的 FLOPs 按 N^{QUADRATIC:g} 增长（±{SLACK}）",
+            "without the shift the field stays inside the token's window at every depth":
+                "不移位时，任何深度下感受野都不出 token 所在的窗口",
+            f"with the shift the field leaves the window and grows from 1 to {last} blocks":
+                f"移位后感受野走出窗口，并从 1 个块到 {last} 个块不断变大",
+            "the shift mask keeps wrapped tokens apart (nothing from the far edge reaches the corner)":
+                "移位掩码把卷回来的 token 隔开（远端边缘的内容到不了角落）",
+            "the shift raises test accuracy": "移位提高了测试准确率"}
+
+
+def _body(f: dict, lang: str = "en") -> str:
+    """The markdown between the verdict and the plots, in ``lang`` ("en" or "zh"): tables built once, relabelled."""
     cost_rows = [{"patches N": n, **{f"{kind} {what}": f["cost"][kind][key][i] / scale
                                      for kind in ("global", "window") for what, key, scale in
                                      (("MFLOPs", "flops", 1e6), ("ms", "seconds", 1e-3))}}
@@ -318,6 +371,38 @@ def _body(f: dict) -> str:
     checks = [{"direction": k, "seen": "✓" if v else "✗"} for k, v in f["checks"].items()]
     c = f["cost_layer"]
     share = f["mask"]["allowed_share"]
+    if lang == "zh":
+        words = _words_zh(f)
+        cost_rows, exp_rows, field_rows, acc_rows, checks = (
+            translated(rows, words) for rows in (cost_rows, exp_rows, field_rows, acc_rows, checks))
+        return "\n\n".join([
+            "## (a) 图像变大时一个注意力层的代价",
+            f"宽度 {c['dim']}，{c['heads']} 个头，批大小 1；窗口为 {c['window']}×{c['window']} 个图像块，移位，"
+            f"带相对位置偏置（只有一个窗口的特征图无从移位）。FLOPs：{f['flop_convention']}。时间："
+            "前向，多轮交替测量取中位数，机器上同时在跑什么就算什么。",
+            markdown_table(cost_rows),
+            "代价 ∝ N^p 拟合出的指数 p：",
+            markdown_table(exp_rows),
+            "两种层的投影都要 8·N·D² FLOPs，所以只有当打分的 N²·D 超过投影时，整个全局层才接近 N²；"
+            "只看注意力核，指数才干净。",
+            f"## (b) token {tuple(fld['token'])} 在 {fld['grid']}×{fld['grid']} 图像块网格上的感受野",
+            f"{fld['window']}×{fld['window']} 的窗口，每隔一个块移位 {fld['window'] // 2}；统计对该 token 输出范数"
+            "梯度不为零的图像块（float64，初始化时）。",
+            markdown_table(field_rows),
+            f"左上角的 token，移位的 2 个块：远端行/列有 {fld['corner_leak']} 个图像块能到达它："
+            "循环移位把它们卷进了它的窗口，掩码又把它们挡在外面。",
+            "## (c) 移位掩码",
+            f"允许的查询–键对所占比例：内部窗口 {share['interior']:.0%}，右边缘窗口 {share['edge']:.0%}，"
+            f"角落窗口 {share['corner']:.0%}（循环移位带进了 1 个或 3 个外来区域）。",
+            f"## (d) 有无移位时的准确率（{f['steps']} 步，每步 32 张图像，峰值学习率 {f['lr']:g}）",
+            f"本课的 Swin：{f['model']}；两者的权重、批次和调度都相同。只被一个模型判对的测试图像："
+            f"有移位 {f['discordant']['only with the shift']} 张，无移位 {f['discordant']['only without']} 张"
+            f"（McNemar 精确检验 p = {f['mcnemar_p']:.3g}）。",
+            markdown_table(acc_rows),
+            "预算短时，测到的既是模型最终到达哪里，也是它学得多快：请对照损失曲线，终态则看完整运行的更长预算"
+            "（`zoo lab swin-windows`，不加 `--quick`）。",
+            "## 方向（准确率这一项不属于文章的论断）", markdown_table(checks),
+        ])
     return "\n\n".join([
         "## (a) Cost of one attention layer as the image grows",
         f"Width {c['dim']}, {c['heads']} heads, batch 1; windows of {c['window']}×{c['window']} patches, shifted, "
@@ -432,7 +517,7 @@ def run(settings: LabSettings) -> LessonResult:
     f = _findings(cost, sides, fields, leak, runs, steps)
     figures = [_plot_cost(f, settings.out / "swin_cost.png"), _plot_fields(fields, settings.out / "swin_fields.png"),
                _plot_mask(settings.out / "swin_shift_mask.png"), _plot_accuracy(f, settings.out / "swin_accuracy.png")]
-    return LessonResult(_verdict(f), f["holds"], f, _body(f), figures)
+    return LessonResult(_verdict(f), f["holds"], f, _body(f), figures, _verdict(f, "zh"), _body(f, "zh"))
 
 
 __all__ = ["LESSON_SWIN", "attention_cost", "attention_layer", "corner_leak", "cost_sides", "receptive_field",

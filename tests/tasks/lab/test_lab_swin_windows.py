@@ -24,6 +24,7 @@ from tasks.lab.swin_windows import (
     unshifted,
     window_of,
 )
+from tests.tasks.lab.zh_checks import assert_chinese, assert_same_numbers
 from zoo.swin.attention import WindowAttention
 
 
@@ -144,10 +145,14 @@ def test_the_verdict_follows_the_numbers_both_ways():
     assert first.startswith("Windows make attention linear") and "N^1.00 in windows vs N^2.00 globally" in first
     assert "stays its 16-patch window" in second and "16 → 64 → 192 patches" in second
     assert "after 30 training steps the shift raises test top-1: 70.0 % vs 60.0 % (+10.0 points" in second
+    first_zh, second_zh = _verdict(held, "zh")
+    assert first_zh.startswith("窗口确实让注意力") and "16 → 64 → 192 个图像块" in second_zh and "提高了" in second_zh
+    assert_same_numbers((first, second), (first_zh, second_zh))
     quadratic = _synthetic(2.0, 0.70, 0.60, fields)
     assert not quadratic["holds"] and _verdict(quadratic)[0].startswith("Windows do not make attention linear")
     tie = _synthetic(1.0, 0.601, 0.600, fields)
     assert tie["holds"] and "within noise" in _verdict(tie)[1]  # accuracy is reported, not part of the claim
+    assert "噪声范围内" in _verdict(tie, "zh")[1] and _verdict(quadratic, "zh")[0].startswith("窗口没有")
     blind = {name: {k: window_of(FIELD_TOKEN, FIELD_WINDOW, 16) for k in FIELD_BLOCKS} for name in fields}
     assert not _synthetic(1.0, 0.70, 0.60, blind)["holds"]  # a shift whose field never grows breaks the claim
 
@@ -166,3 +171,4 @@ def test_reduced_lesson_measures_and_writes(tmp_path):
     for name in ("lesson.md", "result.json", *result.figures):
         assert (tmp_path / name).exists()
     assert len(result.figures) == 4
+    assert_chinese("swin-windows", result, tmp_path)
