@@ -371,7 +371,7 @@ class Evaluator:
         data, names, volumes = cases.data, cases.class_names, cases.volumes[split]
         if not volumes:
             raise ValueError(f"the {split} split of {data.source} is empty: nothing to evaluate")
-        shown = (c.overlay_slices + 1) // 2 if overlays else 0  # cases whose slices are drawn, two slices each
+        shown = (c.overlay_slices + 1) // 2 if overlays and c.figures else 0  # cases whose slices are drawn, two each
         nifti = getattr(data, "nifti", None)
         original = OriginalGeometryScores(out_dir / "predictions" / split, cases.num_classes) \
             if nifti is not None and self.dist.is_main else None

@@ -319,7 +319,7 @@ def test_figures_false_draws_nothing_and_scores_the_same(tmp_path, stand_in):
     drawn = sorted(p.name for p in (tmp_path / "True").glob("*.png"))
     assert drawn == ["attention.png", "confusion_matrix.png", "curves.png"]
     assert not list((tmp_path / "False").glob("*.png"))
-    assert "](" not in (tmp_path / "False" / "report.md").read_text()  # no link to a figure that is not there
+    assert "![" not in (tmp_path / "False" / "report.md").read_text()  # no link to a figure that is not there
     assert finals[False] == finals[True]
     records = [(tmp_path / str(f) / "predictions" / "test.jsonl").read_text() for f in (True, False)]
     assert records[0] == records[1]

@@ -90,6 +90,20 @@ def test_zoo_train_writes_the_report(tiny_synapse, tmp_path):
     assert json.loads((out / "classes.json").read_text())["test_cases"] == ["case0001", "case0002"]
 
 
+def test_figures_false_draws_no_overlay_and_scores_the_same(tiny_synapse, tmp_path):
+    finals = {}
+    for figures in ("true", "false"):
+        out = tmp_path / figures
+        assert main(["train", "medseg", "--data", str(tiny_synapse), "--variant", "missformer", "--preset", "tiny",
+                     "--image-size", "32", "--epochs", "1", "--batch-size", "4", "--valid-cases", "1",
+                     "--progress", "false", "--out", str(out), "--figures", figures]) == 0
+        finals[figures] = json.loads((out / "metrics.json").read_text())["final"]
+    assert sorted(p.name for p in (tmp_path / "true").glob("*.png")) == ["curves.png", "overlays.png"]
+    assert not list((tmp_path / "false").glob("*.png"))
+    assert "![" not in (tmp_path / "false" / "report.md").read_text()  # no figure linked
+    assert finals["false"] == finals["true"]
+
+
 def test_reference_baselines_build_for_the_task(tiny_synapse):
     for name, size in (("basicunet", 32), ("swinunetr", 64)):
         model = make_task(tiny_synapse, variant=name, image_size=size).build_model()
