@@ -60,6 +60,10 @@ def _budget(args: argparse.Namespace, cls) -> dict:
     config.update(progress=not args.quiet, model=parse_assignments(args.model_set))
     if args.epochs is not None:
         config["epochs"] = args.epochs
+    if args.recipe is not None:
+        from tasks.compare.sweep import check_recipe_flag
+
+        config["recipe"] = check_recipe_flag(cls, args.recipe, config.get("recipe"))
     return config
 
 
@@ -79,7 +83,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         given = [flag for flag, value in (("--variants", args.variants), ("--epochs", args.epochs),
                                           ("--seeds", args.seeds), ("--budget", args.budget), ("--set", args.set),
                                           ("--model-set", args.model_set), ("--launcher", args.launcher),
-                                          ("--jobs", args.jobs), ("--folds", args.folds), ("--data", args.data))
+                                          ("--jobs", args.jobs), ("--folds", args.folds), ("--data", args.data),
+                                          ("--recipe", args.recipe))
                  if value is not None]
         if given:
             raise ValueError(f"--runs compares finished runs and trains nothing; drop {', '.join(given)}")
@@ -127,6 +132,11 @@ def _budget_arguments(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="task config field for every run")
     p.add_argument("--model-set", action="append", metavar="KEY=VALUE", help="variant config field for every run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--recipe", default=None, metavar="NAME",
+                   help="tasks with training recipes (medseg): `own` trains each variant with the recipe it declares "
+                        "(dynunet: nnunet), a recipe's name (default, nnunet) is one recipe shared by every side; the "
+                        "table's recipe column and the report say which (zoo compare's default: the task's default "
+                        "recipe, shared; zoo ablate's: own, with a row of the variant under the shared default)")
     p.add_argument("--allow-undeclared", action="store_true",
                    help="train a variant whose config differs from its classic counterpart where no declared change "
                         "reverts it (refused by default: see zoo check); the report lists the differences (finished "

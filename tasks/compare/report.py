@@ -62,8 +62,8 @@ def _other_keys(stats: list[dict[str, Any]]) -> list[str]:
 
 
 def main_table(comparison: dict[str, Any]) -> str:
-    """One row per variant: what changed, cost, the headline metric with its interval, Δ, p, verdict, and the
-    seed-aware verdict."""
+    """One row per variant: its training recipe (tasks whose runs record one), what changed, cost, the headline
+    metric with its interval, Δ, p, verdict, and the seed-aware verdict."""
     key, kind = comparison["headline"], comparison["kind"]
     meta = comparison["metrics"][key]
     effect = f"Δ vs {comparison['reference']}" if kind == "compare" else "bought by the change"
@@ -71,12 +71,13 @@ def main_table(comparison: dict[str, Any]) -> str:
     secondary = [k for k, m in comparison["metrics"].items() if m["role"] == "secondary"]
     flops = any(r.get("train_TFLOPs") is not None for r in comparison["rows"])
     memory = any(r.get("peak MiB") is not None for r in comparison["rows"])  # runs before metrics.json had it: none
+    recipes = any(r.get("recipe") is not None for r in comparison["rows"])  # a task whose runs record a recipe
     others = _other_keys([r["metrics"][key] for r in comparison["rows"]])
     rows = []
     for r in comparison["rows"]:
         stat = r["metrics"][key]
-        row = {"variant": r["variant"], "parts changed": r["parts changed"], "params": r["params"],
-               "GFLOPs": r["GFLOPs"], "steps": r["steps"]}
+        row = {"variant": r["variant"], **({"recipe": r.get("recipe") or "–"} if recipes else {}),
+               "parts changed": r["parts changed"], "params": r["params"], "GFLOPs": r["GFLOPs"], "steps": r["steps"]}
         if flops:
             row["train TFLOPs"] = r.get("train_TFLOPs")
         row.update({f"{_title(meta)} [95% CI]": with_interval(stat["mean"], stat["ci95"]),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.engine.registry import task_class
 from tasks.engine.same_run import result_settings
 from tasks.runs.records import INDEX_FILE, read_records
 from tasks.runs.run import RUN_FILE, read_run_info
@@ -45,6 +46,18 @@ class RunResult:
     @property
     def task(self) -> str:
         return self.info["task"]
+
+    @property
+    def recipe(self) -> str | None:
+        """The training recipe the run trained with (``Task.training_recipe``: a ``--recipe own`` resolved to the
+        variant's declared one), or None for a task without recipes."""
+        read = getattr(task_class(self.task), "training_recipe", None)
+        return None if read is None else read(self.info)
+
+    @property
+    def recipe_requested(self) -> str | None:
+        """The ``--recipe`` the run was given (``own``: the variant's declared recipe), or None without one."""
+        return self.info["config"].get("recipe") if self.recipe is not None else None
 
     def splits(self) -> set[str]:
         """The splits this folder has per-example records of."""

@@ -25,6 +25,7 @@ and :mod:`tasks.compare.stats`; budgets (epochs, time, training FLOPs): :mod:`ta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import statistics
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 
 COMPARE_EPOCHS = 2  # the default budget of zoo compare / zoo ablate: epochs=2
 MAX_EPOCHS = 1000  # the epoch cap under a FLOP budget when --epochs is not given: the budget decides
+OWN = "own"  # a task's `recipe` config field: each variant trains with the recipe it declares (--recipe own)
 HEADLINE_FIELDS = ("mean", "ci95", "ci95_method", "delta", "delta_ci95", "p_value", "p_value_holm", "verdict", "test",
                    "other_p_values", "seed_delta_ci95", "seed_p_value_holm", "seed_verdict")
 
@@ -65,9 +67,10 @@ class Entry:
 
     label: str
     variant: str
-    model: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)  # variant config overrides (a reverted change)
     parts: str = ""
     registration: Variant | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # task config overrides (the recipe row of an ablation)
 
 
 def resolve_budget(cls, budget: str | None, epochs: int | None) -> tuple[str, int]:
@@ -138,7 +141,7 @@ def run_specs(task_name: str, entries: list[Entry], seeds: int, budget: str = "e
     specs = []
     for entry in entries:
         for seed in range(seeds):
-            run_config = cls.config_class(**{**config, "variant": entry.variant, "seed": seed,
+            run_config = cls.config_class(**{**config, **entry.settings, "variant": entry.variant, "seed": seed,
                                              "model": {**config.get("model", {}), **entry.model}})
             values = {k: v for k, v in run_config.to_dict().items() if k not in ("out", "resume")}
             specs.append(RunSpec(task_name, entry.label, values, budget))
@@ -262,7 +265,7 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
         run = load_run(runs[0].run_path)  # its task resolves the group's variant, once
         undeclared[label] = _run_undeclared(task_name, runs[0], run.task.variant)
         row = {"variant": label, **_cost(task_name, runs, run, (parts or {}).get(label)), "seeds": len(runs),
-               "runs": [str(r.path) for r in runs], "metric": metrics[0].key,
+               "recipe": runs[0].recipe, "runs": [str(r.path) for r in runs], "metric": metrics[0].key,
                "metrics": {m.key: stats[m.key][label] for m in metrics},
                "undeclared": [d.to_dict() for d in undeclared[label]], **(extra or {}).get(label, {})}
         headline = {"delta": 0.0, "delta_ci95": None, "p_value": None, "p_value_holm": None, "test": None,
@@ -276,7 +279,7 @@ def build_comparison(task_name: str, groups: dict[str, list[RunResult]], referen
         "alpha": alpha, "headline": metrics[0].key, "budget": budgets,
         "ci95_method": "; ".join(dict.fromkeys(r["ci95_method"] for r in rows)),
         "preamble": _preamble(kind, reference, groups, budgets, metrics[0], undeclared, scored_on)
-        + _launch_text(out, launch),
+        + recipe_text(groups) + _launch_text(out, launch),
         "metrics": {m.key: {"title": m.title, "unit": m.unit, "split": m.split, "higher_is_better": m.higher_is_better,
                             "role": m.role, "tests": list(dict.fromkeys(describe_test(m, stats[m.key][row]["test"])
                                                                         for row, _, _ in pairs))}
@@ -308,6 +311,25 @@ def _run_undeclared(task_name: str, result: RunResult, registration: Variant | N
     config = result.info.get("config", {})
     reference = counterpart_of(task_name, registration, config.get("preset"), config.get("model"))
     return [] if reference is None else list(reference.differences)
+
+
+def recipe_text(groups: dict[str, list[RunResult]]) -> str:
+    """What the preamble says of the training recipes (tasks whose runs record one, ``RunResult.recipe``; "" for the
+    others): "each side trains with its own recipe (dynunet: nnunet, missformer: default)" when every run was given
+    ``--recipe own``, "one shared recipe for every side: X" when every run was given X, else each row's recipe and
+    whether it was its own or a shared one (an ablation's recipe row, or ``--runs`` trained otherwise)."""
+    first = {label: runs[0] for label, runs in groups.items()}
+    if any(r.recipe is None for r in first.values()):
+        return ""
+    requested = {r.recipe_requested for r in first.values()}
+    if requested == {OWN}:
+        listed = ", ".join(dict.fromkeys(f"{r.variant}: {r.recipe}" for r in first.values()))
+        return f" Recipes: each side trains with its own recipe ({listed})."
+    if len(requested) == 1:
+        return f" Recipes: one shared recipe for every side: {next(iter(first.values())).recipe}."
+    listed = "; ".join(f"`{label}`: {r.recipe} ({'its own' if r.recipe_requested == OWN else 'shared'})"
+                       for label, r in first.items())
+    return f" Recipes differ between the rows: {listed}."
 
 
 def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], budgets: dict[str, str], metric,
@@ -403,17 +425,59 @@ def ablation_entries(variant) -> list[Entry]:
     return entries
 
 
+def check_recipe_flag(cls, recipe: str, recorded: str | None = None) -> str:
+    """``--recipe`` of ``zoo compare`` / ``zoo ablate`` as the ``recipe`` config field of every run.
+
+    Raises:
+        ValueError: the task has no training recipes, its config knows no such recipe (with a "did you mean"), or
+            ``--set recipe=`` (``recorded``) says otherwise.
+    """
+    if "recipe" not in {f.name for f in dataclasses.fields(cls.config_class)}:
+        raise ValueError(f"--recipe {recipe}: the {cls.name} task has no training recipes (no recipe field in its "
+                         "config); drop --recipe")
+    if recorded is not None and recorded != recipe:
+        raise ValueError(f"--recipe {recipe} and --set recipe={recorded} disagree; give one of them")
+    cls.config_class(recipe=recipe)  # the task's config checks the name, before any training
+    return recipe
+
+
+def recipe_entry(cls, variant: Variant, recipe: str | None) -> Entry | None:
+    """The ablation row "own vs shared recipe": ``variant`` trained with the task's shared default recipe (the
+    config's ``recipe`` field default), against the full variant trained with its own (its config class's ``recipe``
+    attribute), every other setting equal. None when the task has no recipes, the variant declares none other than the
+    default, or ``recipe`` (``--recipe``) names one recipe shared by every row (there is then nothing to ablate; only
+    ``own``, or no ``--recipe``, trains the full variant with its own).
+    """
+    task_fields = {f.name: f for f in dataclasses.fields(cls.config_class)}
+    own = getattr(variant.config_class, "recipe", None)
+    if "recipe" not in task_fields or own is None or own == task_fields["recipe"].default:
+        return None
+    shared = task_fields["recipe"].default
+    if recipe not in (None, OWN):
+        log.warning("%s: no 'own vs shared recipe' row: --recipe %s trains every row with one recipe (give --recipe %s "
+                    "for the row: the variant's own %s against the shared %s)", variant.name, recipe, OWN, own, shared)
+        return None
+    return Entry(f"own vs shared recipe (this row: shared {shared})", variant.name,
+                 parts=f"recipe: own {own} -> shared {shared} (training only, the network unchanged)",
+                 registration=variant, settings={"recipe": shared})
+
+
 def ablate(variant_name: str, task_name: str, out: Path, seeds: int = 1, budget: str | None = None,
            alpha: float = 0.05, allow_undeclared: bool = False, launch: Launch | None = None,
            **config: Any) -> dict[str, Any]:
     """Train the variant and, for each declared change, the variant with that one change reverted; each row
-    reports what the change bought (the variant minus the row), tested paired on the same test examples. A
-    variant with undeclared differences from its classic counterpart is refused before any training unless
-    ``allow_undeclared``."""
+    reports what the change bought (the variant minus the row), tested paired on the same test examples. A variant
+    that declares its own training recipe (:func:`recipe_entry`) trains every row with it, plus a row with the shared
+    default recipe: what its own recipe bought. A variant with undeclared differences from its classic counterpart is
+    refused before any training unless ``allow_undeclared``."""
     cls = task_class(task_name)
     check_alpha(alpha)
     variant = get_variant(variant_name, task_name)
     entries = ablation_entries(variant)
+    recipe_row = recipe_entry(cls, variant, config.get("recipe"))
+    if recipe_row is not None:
+        config["recipe"] = OWN  # every other row trains with the variant's own recipe too
+        entries.append(recipe_row)
     fixed = [f"{c.name} ({c.no_revert})" for c in variant.changes if not c.revertible]
     if len(entries) == 1:
         raise ValueError(f"variant {variant_name!r} declares no change that can be reverted: nothing to ablate"
