@@ -45,6 +45,7 @@ from tasks.lab.toolkit import (
     small_transformer,
     smooth,
     train,
+    translated,
     translation_data,
 )
 from tasks.translation.corpus import source_words
@@ -209,7 +210,8 @@ def run(settings: LabSettings) -> LessonResult:
         runs[name] = _scores(models[name], log, data, limit)
     findings = _measure(data, models, runs, initial["learned"], limit)
     figures = [_plot_contrasts(settings, findings), _plot_extrapolation(settings, findings)]
-    return LessonResult(_verdict(findings), all(findings["checks"].values()), findings, _body(findings), figures)
+    return LessonResult(_verdict(findings), all(findings["checks"].values()), findings, _body(findings), figures,
+                        _verdict(findings, "zh"), _body(findings, "zh"))
 
 
 def _train(data: Seq2SeqData, settings: LabSettings, steps: int, desc: str,
@@ -297,11 +299,22 @@ def _reached(run: dict) -> str:
     return f"{run['steps_to_target']}" if run["steps_to_target"] is not None else f"> {len(run['loss'])}"
 
 
-def _verdict(f: dict) -> tuple[str, str]:
+def _verdict(f: dict, lang: str = "en") -> tuple[str, str]:
+    """Two lines from the findings' numbers, in ``lang`` ("en" or "zh")."""
     runs, gap, ratio = f["runs"], f["permutation_gap"], f["init_ratio"]["lab unscaled"]["ratio"]
     long = {s: runs[s]["bleu_long"] for s in SCHEMES}
     best = max(long, key=long.get)
     pairs = ", ".join(f"{s} {runs[s]['bleu']:.0f}/{long[s]:.0f}" for s in SCHEMES)
+    if lang == "zh":
+        return (
+            f"不加位置，编码器就成了词袋（输入打乱，输出也跟着打乱：max |diff| {gap['no positions']:.0e}，"
+            f"正余弦位置编码为 {gap['sinusoidal']:.2f}；BLEU {runs['no positions']['bleu']:.1f} 对 "
+            f"{runs['sinusoidal']['bleu']:.1f}）；嵌入不乘缩放因子时，初始化时它比位置信号小 {ratio:.1f}×，"
+            f"要 {_reached(runs['unscaled embeddings'])} 步才把 loss 降到 {TARGET_LOSS:g}，正常的只要 "
+            f"{_reached(runs['sinusoidal'])} 步（最终 BLEU {runs['unscaled embeddings']['bleu']:.1f}）。",
+            f"sin/cos 对调只是给坐标轴换了标签（BLEU {runs['swapped sin/cos']['bleu']:.1f}），除非推理时用了另一张表"
+            f"（{f['mismatch']['bleu']:.1f}）；超出训练长度后（训练长度内/外的 BLEU：{pairs}），{best} 保住的最多。",
+        )
     return (
         f"No positions make the encoder a bag of words (permuted input, permuted output: max |diff| "
         f"{gap['no positions']:.0e} vs {gap['sinusoidal']:.2f}; BLEU {runs['no positions']['bleu']:.1f} vs "
@@ -315,7 +328,30 @@ def _verdict(f: dict) -> tuple[str, str]:
 
 
 # --- report ------------------------------------------------------------------------------------------------
-def _body(f: dict) -> str:
+# The Chinese of the tables' headings and words, and of the checks' sentences.
+WORDS_ZH = {"run": "运行", f"steps to loss {TARGET_LOSS:g}": f"loss 降到 {TARGET_LOSS:g} 的步数",
+            "final train loss": "最终训练损失", "test loss": "测试损失", "BLEU test": "BLEU（test）",
+            "BLEU test_long": "BLEU（test_long）", "exact match": "完全匹配", "sinusoidal": "正余弦",
+            "no positions": "不加位置", "swapped sin/cos": "sin/cos 对调", "unscaled embeddings": "嵌入不缩放",
+            "learned": "可学习", "sinusoidal, swapped at inference only": "正余弦，仅在推理时对调",
+            "embedding": "嵌入", "token_norm": "token 范数", "position_norm": "位置范数", "ratio": "比值",
+            "lab scaled": "实验室模型，缩放", "lab unscaled": "实验室模型，不缩放", "base scaled": "base，缩放",
+            "base unscaled": "base，不缩放", "table": "位置表", "standard": "标准", "swapped": "对调",
+            "dot_product_spread_along_offsets": "同一偏移下点积的最大差", "linear_shift_residual": "线性平移的残差",
+            "direction": "方向", "required": "必须成立", "yes": "是", "no (needs training)": "否（需要训练）",
+            "seen": "观察到",
+            "no positions: outputs permute with the input": "不加位置：输出随输入一起被打乱",
+            "swapped table: same dot products, still a linear shift": "对调的表：点积相同，仍是线性平移",
+            "swapped at inference only: higher loss": "仅在推理时对调：损失更高",
+            "unscaled: position dominates the token more": "不缩放：位置信号更压过 token",
+            "learned: rows past training never move": "可学习：训练长度之外的行从未改变",
+            "no positions: lower BLEU": "不加位置：BLEU 更低",
+            f"unscaled: slower to a training loss of {TARGET_LOSS:g}": f"不缩放：训练损失降到 {TARGET_LOSS:g} 更慢",
+            **{f"{s}: lower BLEU past the training length": f"{s}：超出训练长度后 BLEU 更低" for s in SCHEMES}}
+
+
+def _body(f: dict, lang: str = "en") -> str:
+    """The markdown between the verdict and the plots, in ``lang`` ("en" or "zh"): tables built once, relabelled."""
     table = [{"run": name, f"steps to loss {TARGET_LOSS:g}": _reached(r), "final train loss": r["final_loss"],
               "test loss": r["test_loss"], "BLEU test": r["bleu"],
               "BLEU test_long": r["bleu_long"], "exact match": r["exact_match"]} for name, r in f["runs"].items()]
@@ -327,6 +363,24 @@ def _body(f: dict) -> str:
     checks += [{"direction": k, "required": "no (needs training)", "seen": "✓" if v else "✗"}
                for k, v in f["observed"].items()]
     rows = f["learned_rows"]
+    if lang == "zh":
+        table, ratios, geometry, checks = (translated(t, WORDS_ZH) for t in (table, ratios, geometry, checks))
+        return "\n\n".join([
+            "## 同一种子，同一训练预算", markdown_table(table),
+            "不加位置时，只有编码器变成词袋：解码器的因果掩码仍然告诉每个位置前面有几个 token，所以目标端能自己学会"
+            "顺序（Haviv et al. 2022）；丢掉的是源句中哪个词在哪里（谁看得见谁）。",
+            "## 初始化时位置信号与 token 嵌入的对比（各行范数的均值）", markdown_table(ratios),
+            "按核心库对 V×D 矩阵的 Xavier 初始化，一个 token 行的范数 ≈ √(2D/(V+D))；正余弦表的一行是 √(D/2)。"
+            "√d_model 因子补上了这个差距的大部分；没有它，实验室模型（D = 32）一开始位置信号就比 token 大好几倍，"
+            "论文的 base 尺寸则大约一百倍。",
+            "## 对调后的表几何性质不变", markdown_table(geometry),
+            f"两张表的点积 PE(p)·PE(q) 之间的最大差：{f['tables']['gram_difference']:.1e}。",
+            f"## 外推\n\n训练序列最多 {f['longest_train']} 个 token（{f['longest_train_words']} 个词），"
+            f"`test_long` 最多 {f['longest_long']} 个。训练触及的 {rows['trained_rows']} 个可学习位置行平均移动了 "
+            f"{rows['mean_change_trained']:.3f}，之后的行移动了 {rows['max_change_beyond']:.1f}：它们从未收到梯度，"
+            "保持着随机初始化的值。",
+            "## 方向", markdown_table(checks),
+        ])
     return "\n\n".join([
         "## Same seed, same budget", markdown_table(table),
         "Without positions only the encoder is a bag of words: the decoder's causal mask still tells a position "

@@ -35,7 +35,7 @@ from plumbing.tables import markdown_table
 from tasks.engine.distributed import DistInfo
 from tasks.lab.lesson import LabSettings, LessonResult
 from tasks.lab.temperature import distinct_n
-from tasks.lab.toolkit import figure, save, train_lm
+from tasks.lab.toolkit import figure, save, train_lm, translated
 from tasks.lm.task import LMConfig, LMTask
 
 TEMPERATURES = (0.7, 1.0, 1.3)
@@ -155,10 +155,50 @@ def run(settings: LabSettings) -> LessonResult:
     log = train_lm(model, task, steps, progress=settings.progress, desc="model")
     n_prompts, draws, new_tokens = (8, 4, NEW_TOKENS) if settings.quick else (16, 8, NEW_TOKENS)
     rows, shown = measure(model, task, n_prompts, draws, new_tokens, settings.seed)
-    g, (low, mid, high), real = rows["greedy"], (rows[f"T={t}"] for t in TEMPERATURES), rows["real text"]
     findings = {"steps": steps, "train_loss": log.final(), "prompts": n_prompts, "draws": draws,
                 "new_tokens": new_tokens, **rows, "samples": shown}
-    closest = min((name for name in rows if name != "real text"), key=lambda n: abs(rows[n]["nll"] - real["nll"]))
+    table = [{"decoding": name, "NLL/token": r["nll"], "repeated word 4-grams": r["repeated_4grams"],
+              "repeated char 8-grams": r["repeated_char_8grams"],
+              "distinct-1": r["distinct_1"], "distinct-2": r["distinct_2"]} for name, r in rows.items()]
+    (verdict, body), (verdict_zh, body_zh) = (_text(findings, log.final(), table, lang) for lang in ("en", "zh"))
+    plot = _plot(rows, settings.out / "sampling.png")
+    return LessonResult(verdict, _holds(rows), findings, body, [plot], verdict_zh, body_zh)
+
+
+# The Chinese of the table's headings and the decodings' names (the notes are written per language in _text).
+WORDS_ZH = {"decoding": "解码方式", "greedy": "贪心", "real text": "真实文本", "prompt": "提示",
+            "repeated word 4-grams": "重复的词 4-gram", "repeated char 8-grams": "重复的字符 8-gram"}
+
+
+def _text(f: dict, train_loss: float, table: list[dict], lang: str) -> tuple[tuple[str, str], str]:
+    """The verdict and the body in ``lang`` ("en" or "zh") from the same numbers (``table``: English headings)."""
+    g, (low, mid, high), real = f["greedy"], (f[f"T={t}"] for t in TEMPERATURES), f["real text"]
+    shown, steps, n_prompts, new_tokens, draws = f["samples"], f["steps"], f["prompts"], f["new_tokens"], f["draws"]
+    names = [name for name in shown if name in f]  # the decodings and the real text, as measured
+    closest = min((n for n in names if n != "real text"), key=lambda n: abs(f[n]["nll"] - real["nll"]))
+    words = WORDS_ZH if lang == "zh" else {}
+    samples = "\n".join(f"- **{words.get(name, name)}**: `{' '.join(shown[name].split())}`" for name in shown)
+    if lang == "zh":
+        verdict = (
+            f"贪心 / T = 0.7 / 1.0 / 1.3：生成文本在模型下每个字符的 NLL 为 {g['nll']:.2f} / {low['nll']:.2f} / "
+            f"{mid['nll']:.2f} / {high['nll']:.2f}（真实文本 {real['nll']:.2f}），重复的字符 8-gram "
+            f"{g['repeated_char_8grams']:.0%} / {low['repeated_char_8grams']:.0%} / {mid['repeated_char_8grams']:.0%} "
+            "/ "
+            f"{high['repeated_char_8grams']:.0%}，词的 distinct-1 {g['distinct_1']:.2f} / {low['distinct_1']:.2f} / "
+            f"{mid['distinct_1']:.2f} / {high['distinct_1']:.2f}。",
+            "可能性最高的文本并不是好文本：贪心解码会原地打转，而且比真实文本的似然高得多；温度越高，多样性越多，"
+            f"代价是模型认为不太可能的字符；最接近真实文本似然的是 {words.get(closest, closest)}。开放式生成要采样；"
+            "只有需要一个忠实答案时才用贪心解码。",
+        )
+        body = (f"## 同一个模型（{steps} 步，训练损失 {train_loss:.2f}）；从验证集剧本中取 {n_prompts} 个 "
+                f"{PROMPT_TOKENS} 个字符的提示，生成 {new_tokens} 个字符，每个温度抽样 {draws} 次，一个种子\n\n"
+                f"{markdown_table(translated(table, words))}\n\n"
+                "*NLL/token*：生成字符在模型（T = 1）下的平均负对数似然（nats）。"
+                f"*重复的 n-gram*：一段样本中词的 {REPEAT_N}-gram（字符的 {REPEAT_CHARS}-gram）在同一样本前文中"
+                "已出现过的比例（各样本取均值）。*distinct-n*：所有样本中不重复的词 n-gram 占全部词 n-gram 的比例。"
+                "*真实文本*：验证集剧本中每个提示原本的后续。\n\n"
+                f"## 第一个提示的续写（空白已合并）\n\n{samples}\n")
+        return verdict, body
     verdict = (
         f"Greedy / T = 0.7 / 1.0 / 1.3: NLL per character of the text under the model {g['nll']:.2f} / "
         f"{low['nll']:.2f} / {mid['nll']:.2f} / {high['nll']:.2f} (the real text {real['nll']:.2f}), repeated "
@@ -169,11 +209,7 @@ def run(settings: LabSettings) -> LessonResult:
         f"temperatures buy diversity with characters the model finds unlikely; {closest} comes closest to the real "
         "text's likelihood. Sample for open text; decode greedily only where one faithful answer is wanted.",
     )
-    table = [{"decoding": name, "NLL/token": r["nll"], "repeated word 4-grams": r["repeated_4grams"],
-              "repeated char 8-grams": r["repeated_char_8grams"],
-              "distinct-1": r["distinct_1"], "distinct-2": r["distinct_2"]} for name, r in rows.items()]
-    samples = "\n".join(f"- **{name}**: `{' '.join(shown[name].split())}`" for name in shown)
-    body = (f"## One model ({steps} steps, training loss {log.final():.2f}); {n_prompts} prompts of {PROMPT_TOKENS} "
+    body = (f"## One model ({steps} steps, training loss {train_loss:.2f}); {n_prompts} prompts of {PROMPT_TOKENS} "
             f"characters from the validation play, {new_tokens} characters generated, {draws} draws per "
             f"temperature, one seed\n\n{markdown_table(table)}\n\n"
             "*NLL/token*: mean negative log-likelihood (nats) of the generated characters under the model at T = 1. "
@@ -181,5 +217,4 @@ def run(settings: LabSettings) -> LessonResult:
             "earlier in the same sample (mean over samples). *distinct-n*: unique word n-grams / all word n-grams "
             "over all samples. *real text*: the validation play's own continuation of each prompt.\n\n"
             f"## The first prompt's continuations (whitespace folded)\n\n{samples}\n")
-    plot = _plot(rows, settings.out / "sampling.png")
-    return LessonResult(verdict, _holds(rows), findings, body, [plot])
+    return verdict, body

@@ -40,6 +40,7 @@ from tasks.lab.toolkit import (
     small_transformer,
     smooth,
     train,
+    translated,
     translation_data,
 )
 
@@ -238,8 +239,18 @@ def _train_pair(data: Seq2SeqData, settings: LabSettings, d_model: int, steps: i
     return runs, scores
 
 
-def _body(findings: dict, seed: int) -> str:
-    s, u, d_k = findings["scaled"], findings["unscaled"], findings["d_k"]
+# The Chinese of the tables' headings and words (the notes are written per language in _text).
+WORDS_ZH = {"scaled": "缩放", "unscaled": "不缩放", "entropy at init": "初始化时的熵",
+            "saturated at init": "初始化时的饱和比例", "entropy trained": "训练后的熵",
+            "saturated trained": "训练后的饱和比例", "softmax gain trained": "训练后的 softmax 增益",
+            "final loss": "最终损失", "test BLEU": "测试集 BLEU"}
+
+
+def _text(findings: dict, seed: int, lang: str) -> tuple[tuple[str, str], str]:
+    """The verdict and the body in ``lang`` ("en" or "zh") from the same numbers; tables built once, in English."""
+    s, u, d_k, steps = findings["scaled"], findings["unscaled"], findings["d_k"], findings["steps"]
+    slope = findings["variance_ratio_log_slope"]
+    v64 = next(r for r in findings["variance"] if r["d_k"] == 64)
     table = [{"": name, "entropy at init": r["entropy_init"], "saturated at init": r["saturation_init"],
               "entropy trained": r["entropy"], "saturated trained": r["saturation"],
               "softmax gain trained": r["softmax_gain"], "mean ‖∇W^Q,K‖": r["qk_grad_norm_mean"],
@@ -247,14 +258,49 @@ def _body(findings: dict, seed: int) -> str:
              for name, r in ((name, findings[name]) for name in ("scaled", "unscaled"))]
     variance = [{"d_k": r["d_k"], "Var(q·k)": r["var_unscaled"], "Var(q·k/√d_k)": r["var_scaled"]}
                 for r in findings["variance"]]
-    return "\n\n".join([
+    grad_ratio = u["qk_grad_norm_mean"] / s["qk_grad_norm_mean"]
+    if lang == "zh":
+        verdict = (
+            f"去掉 1/√d_k 后，Var(q·k) 随 d_k 成正比增长（对数–对数斜率 {slope:.2f}；d_k=64 时 "
+            f"{v64['var_unscaled']:.0f} 对 {v64['var_scaled']:.2f}）；在 d_k={d_k} 时，初始化就有 "
+            f"{u['saturation_init']:.0%} 的注意力行饱和，缩放的只有 {s['saturation_init']:.0%}，训练 {steps} 步后为 "
+            f"{u['saturation']:.0%} 对 {s['saturation']:.0%}（熵 {u['entropy']:.2f} 对 {s['entropy']:.2f} nats）。",
+            f"同一种子、同一训练预算：loss 不缩放 {u['final_loss']:.3f}、缩放 {s['final_loss']:.3f}，测试集 BLEU "
+            f"{u['bleu']:.1f} 对 {s['bleu']:.1f}，softmax 增益 {u['softmax_gain']:.3f} 对 {s['softmax_gain']:.3f}："
+            "保留 1/√d_k 缩放（核心库的每个注意力核都会乘上它）。",
+        )
+        body = "\n\n".join([
+            f"## 同一个模型（d_model {findings['d_model']}，{HEADS} 个头，d_k {d_k}），种子 {seed}，{steps} 步",
+            markdown_table(translated(table, WORDS_ZH)),
+            "熵、饱和比例和 softmax 增益（‖∂softmax/∂scores‖_F，one-hot 的行为 0）是在一个留出批次上对所有注意力图"
+            "（编码器、解码器、交叉注意力）取的平均，只统计真正有选择的行（不含填充位置的查询，"
+            "也不含解码器的第一个位置）。",
+            f"不缩放时原始的 ‖∇W^Q,K‖ 大了 {grad_ratio:.1f}×：少了 1/√d_k，∂scores/∂q 和 ∂scores/∂k 就乘上了 "
+            f"√d_k = {d_k**0.5:.0f}，这比饱和行传不回梯度的影响更大。Adam 会把每个参数的步长归一化，所以这个因子"
+            "不会拖慢不缩放的模型；它让打分移动得快 √d_k 倍，更深地陷入饱和，真正消失的是 softmax 增益。",
+            "## 单位方差的 q、k 的分数方差",
+            markdown_table(variance),
+            "## 不同 d_k 下的新模型（d_model = 2·d_k，两种注意力核用同样的初始化）",
+            markdown_table(findings["init_sweep"]),
+        ])
+        return verdict, body
+    verdict = (
+        f"Without 1/√d_k, Var(q·k) grows ∝ d_k (log-log slope {slope:.2f}; {v64['var_unscaled']:.0f} vs "
+        f"{v64['var_scaled']:.2f} at d_k=64); at d_k={d_k} {u['saturation_init']:.0%} of attention rows saturate at "
+        f"init vs {s['saturation_init']:.0%}, and {u['saturation']:.0%} vs {s['saturation']:.0%} after {steps} steps "
+        f"(entropy {u['entropy']:.2f} vs {s['entropy']:.2f} nats).",
+        f"Same seed and budget: loss {u['final_loss']:.3f} unscaled vs {s['final_loss']:.3f} scaled, test BLEU "
+        f"{u['bleu']:.1f} vs {s['bleu']:.1f}, softmax gain {u['softmax_gain']:.3f} vs {s['softmax_gain']:.3f}: "
+        f"keep the 1/√d_k scale (every core kernel applies it).",
+    )
+    body = "\n\n".join([
         f"## Same model (d_model {findings['d_model']}, {HEADS} heads, d_k {d_k}), seed {seed}, "
-        f"{findings['steps']} steps",
+        f"{steps} steps",
         markdown_table(table),
         "Entropy, saturation and softmax gain (‖∂softmax/∂scores‖_F, 0 for a one-hot row) are averaged over every "
         "attention map (encoder, decoder, cross) on a held-out batch, over rows with a real choice (no padding "
         "queries, no first decoder position).",
-        f"The raw ‖∇W^Q,K‖ is {u['qk_grad_norm_mean'] / s['qk_grad_norm_mean']:.1f}× larger without the scale: "
+        f"The raw ‖∇W^Q,K‖ is {grad_ratio:.1f}× larger without the scale: "
         f"the missing 1/√d_k multiplies ∂scores/∂q and ∂scores/∂k by √d_k = {d_k**0.5:.0f}, which outweighs the "
         "saturated rows that pass nothing. Adam normalises each parameter's step, so that factor does not slow the "
         "unscaled model down; it makes its scores move √d_k× faster, deeper into saturation, where the softmax gain "
@@ -264,6 +310,7 @@ def _body(findings: dict, seed: int) -> str:
         "## Fresh models across d_k (d_model = 2·d_k, the same initialisation for both kernels)",
         markdown_table(findings["init_sweep"]),
     ])
+    return verdict, body
 
 
 def run(settings: LabSettings) -> LessonResult:
@@ -293,14 +340,5 @@ def run(settings: LabSettings) -> LessonResult:
     # budget (in the first few dozen steps the sharper unscaled softmax can even be ahead), so it is reported only.
     holds = (0.85 < slope < 1.15 and u["saturation_init"] > s["saturation_init"] and u["saturation"] > s["saturation"]
              and u["entropy_init"] < s["entropy_init"] and u["entropy"] < s["entropy"])
-    v64 = next(r for r in variance if r["d_k"] == 64)
-    verdict = (
-        f"Without 1/√d_k, Var(q·k) grows ∝ d_k (log-log slope {slope:.2f}; {v64['var_unscaled']:.0f} vs "
-        f"{v64['var_scaled']:.2f} at d_k=64); at d_k={d_k} {u['saturation_init']:.0%} of attention rows saturate at "
-        f"init vs {s['saturation_init']:.0%}, and {u['saturation']:.0%} vs {s['saturation']:.0%} after {steps} steps "
-        f"(entropy {u['entropy']:.2f} vs {s['entropy']:.2f} nats).",
-        f"Same seed and budget: loss {u['final_loss']:.3f} unscaled vs {s['final_loss']:.3f} scaled, test BLEU "
-        f"{u['bleu']:.1f} vs {s['bleu']:.1f}, softmax gain {u['softmax_gain']:.3f} vs {s['softmax_gain']:.3f}: "
-        f"keep the 1/√d_k scale (every core kernel applies it).",
-    )
-    return LessonResult(verdict, holds, findings, _body(findings, settings.seed), figures)
+    (verdict, body), (verdict_zh, body_zh) = (_text(findings, settings.seed, lang) for lang in ("en", "zh"))
+    return LessonResult(verdict, holds, findings, body, figures, verdict_zh, body_zh)

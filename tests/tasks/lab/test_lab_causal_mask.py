@@ -11,6 +11,7 @@ from tasks.lab.causal_mask import validation_loss
 from tasks.lab.mask import ZeroFilledMaskAttention, use_zero_fill
 from tasks.lab.sampling import lm_task
 from tests.numerics import float64
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 @float64()  # greedy tokens of two kernels are compared: no float32 near-tie may decide them
@@ -51,3 +52,4 @@ def test_reduced_lesson_run(tmp_path):
     assert result.holds
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "result.json").exists()
     assert result.figures and all((tmp_path / name).exists() for name in result.figures)
+    assert_chinese("causal-mask", result, tmp_path)

@@ -8,6 +8,7 @@ import pytest
 from tasks.lab import LabSettings, run_lesson
 from tasks.lab.extrapolation import CONTEXT, ratio
 from tasks.lm.extrapolation import MULTIPLES
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def _row(length: int, perplexity: float | None) -> dict:
@@ -40,3 +41,4 @@ def test_reduced_lesson_run(tmp_path):
     assert record["findings"]["ratio_8x"]["learned"] is None
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "curves.png").exists()
     assert "not defined past L" in (tmp_path / "lesson.md").read_text()
+    assert_chinese("extrapolation", result, tmp_path)

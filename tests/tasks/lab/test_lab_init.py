@@ -7,6 +7,7 @@ from core.multihead import MultiHeadAttention
 from tasks.lab import LabSettings, run_lesson
 from tasks.lab.init import MISTAKE, reinit_qkv
 from tasks.lab.toolkit import small_transformer, translation_data
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def test_reinit_qkv_redraws_only_the_qkv_weights():
@@ -49,3 +50,4 @@ def test_lesson_writes_its_files(lesson):
     text = (out / "lesson.md").read_text()
     assert "std 1.0" in text and "xavier (core)" in text
     assert (out / "result.json").exists()
+    assert_chinese("init", result, out)

@@ -14,6 +14,7 @@ from tasks.lab import LabSettings, run_lesson
 from tasks.lab.mask import ZeroFilledMaskAttention, plain_attention, use_zero_fill
 from tasks.lab.toolkit import batch, small_transformer, translation_data
 from tests.numerics import float64
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def _weights(kernel, q, k, **kwargs):
@@ -92,3 +93,4 @@ def test_reduced_lesson_run(tmp_path):
     assert result.holds
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "result.json").exists()
     assert all((tmp_path / name).exists() for name in result.figures) and result.figures
+    assert_chinese("mask", result, tmp_path)

@@ -8,6 +8,7 @@ import torch
 
 from tasks.lab import LabSettings, norm, run_lesson
 from tasks.lab.toolkit import TrainLog, small_transformer, translation_data
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def _ratio(data, norm_first: bool, depth: int = 6) -> float:
@@ -60,3 +61,4 @@ def test_reduced_lesson_keeps_the_direction(tmp_path, monkeypatch):
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "result.json").exists()
     assert result.figures == ["norm_loss.png", "norm_grads.png"]
     assert all((tmp_path / name).stat().st_size > 0 for name in result.figures)
+    assert_chinese("norm", result, tmp_path)

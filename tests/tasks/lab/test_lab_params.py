@@ -6,6 +6,7 @@ from core.accounting import attention_parameters
 from core.model import build_transformer
 from tasks.lab import LabSettings, run_lesson
 from tasks.lab.params import TYINGS, VOCABULARIES, article_vs_exact, exact_count, meta_model
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def test_exact_count_is_the_number_of_unique_parameters():
@@ -46,3 +47,4 @@ def test_lesson_counts_and_writes(tmp_path):
     assert base["total"] == 63_082_496 and base["by_part"]["embedding"] == 37_000 * 512
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "params.png").exists()
     assert "37.80 M" in result.verdict[0] and "%" in result.verdict[1]
+    assert_chinese("params", result, tmp_path)

@@ -19,6 +19,7 @@ from tasks.lab.position import (
     use_swapped_sinusoids,
 )
 from tests.numerics import assert_close_fp64, float64
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def _model(position: str = "sinusoidal"):
@@ -93,3 +94,4 @@ def test_reduced_lesson_holds_and_writes(tmp_path):
     for name in ("lesson.md", "result.json", "position_contrasts.png", "position_extrapolation.png"):
         assert (tmp_path / name).exists()
     assert result.figures == ["position_contrasts.png", "position_extrapolation.png"]
+    assert_chinese("position", result, tmp_path)

@@ -10,6 +10,7 @@ from core.language_model import build_language_model
 from tasks.lab import LabSettings, run_lesson
 from tasks.lab.sampling import continuation_nll, prompts, repeated_ngrams
 from tests.numerics import FP64, float64
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def test_repeated_ngrams_by_hand():
@@ -52,3 +53,4 @@ def test_reduced_lesson_run(tmp_path):
     assert set(f["samples"]) == {"prompt", "real text", "greedy", "T=0.7", "T=1.0", "T=1.3"}
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "result.json").exists()
     assert result.figures and all((tmp_path / name).exists() for name in result.figures)
+    assert_chinese("sampling", result, tmp_path)

@@ -11,6 +11,7 @@ from core.multihead import MultiHeadAttention
 from tasks.lab import LabSettings, run_lesson
 from tasks.lab.scale import UnscaledAttention, log_slope, qk_grad_norm, score_variance, softmax_gain, use_kernel
 from tasks.lab.toolkit import small_transformer, translation_data
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def test_unscaled_kernel_is_reference_attention_on_queries_times_sqrt_dk():
@@ -100,3 +101,4 @@ def test_lesson_writes_its_files(lesson):
     text = (out / "lesson.md").read_text()
     assert "1/√d_k" in text and "| unscaled |" in text
     assert (out / "result.json").exists()
+    assert_chinese("scale", result, out)

@@ -4,6 +4,7 @@ import pytest
 
 from tasks.lab import LabSettings, run_lesson
 from tasks.lab.temperature import distinct_n
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def test_distinct_n_by_hand():
@@ -24,3 +25,4 @@ def test_reduced_lesson_run(tmp_path):
     assert result.holds
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "result.json").exists()
     assert result.figures and all((tmp_path / name).exists() for name in result.figures)
+    assert_chinese("temperature", result, tmp_path)

@@ -5,6 +5,7 @@ import pytest
 from tasks.lab import LabSettings, run_lesson, warmup
 from tasks.lab.norm import unigram_plateau
 from tasks.lab.toolkit import translation_data
+from tests.tasks.lab.zh_checks import assert_chinese
 
 
 def test_the_switch_is_the_schedule_alone(tmp_path):
@@ -32,3 +33,4 @@ def test_reduced_lesson_keeps_the_direction(tmp_path, monkeypatch):
     assert result.holds
     assert (tmp_path / "lesson.md").exists() and (tmp_path / "warmup.png").stat().st_size > 0
     assert result.figures == ["warmup.png"]
+    assert_chinese("warmup", result, tmp_path)
