@@ -17,8 +17,9 @@ generic — running the folds as runs, resuming, reusing — is the sweep machin
 The cross-validation's figure is each fold's validation score (its ``valid`` split; for data without a labelled
 test split the fold's ``test`` split, which then is the validation cases). Written to ``OUT``:
 
-- ``cv.json``: per fold its validation cases and Dice / HD95 (both conventions, per class), then over the folds the
-  mean, the sample standard deviation, the minimum and the maximum of each;
+- ``cv.json``: per fold its validation cases and Dice / HD95 (both conventions, per class) and the normalised surface
+  Dice (NSD, at the run's ``--nsd-tolerance``, named as ``nsd_tolerance_mm``), then over the folds the mean, the
+  sample standard deviation, the minimum and the maximum of each;
 - ``report.md``: the same as tables;
 - ``crossval_summary.json`` (NIfTI data): nnU-Net's ``summary.json`` over the validation cases of every fold
   together, in the original geometry, as nnU-Net's ``crossval_results`` folder holds it.
@@ -40,8 +41,9 @@ from plumbing.tables import markdown_table
 from tasks.engine.config import check_folder
 from tasks.engine.same_run import setting_differences
 from tasks.medseg.config import MedsegConfig
-from tasks.medseg.evaluation.metrics import CONVENTIONS
+from tasks.medseg.evaluation.metrics import CONVENTIONS, NSD_RULES
 from tasks.medseg.evaluation.nnunet_eval import aggregate, summary_lines, write_summary_json
+from tasks.medseg.evaluation.report import nsd_column
 from tasks.medseg.preprocessing.cases import nifti_options
 from tasks.medseg.preprocessing.folds import SPLITS_FILE, resolve_folds, write_splits
 from tasks.medseg.reading.data import load_medseg
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 
 CV_FILE = "cv.json"
 POOLED_FILE = "crossval_summary.json"
-HEADLINE = ("dice", "hd95", "dice_mm", "hd95_mm", "nnunet_dice")
+HEADLINE = ("dice", "hd95", "dice_mm", "hd95_mm", "nsd", "nnunet_dice")  # nsd: None for folds scored before NSD
 
 
 def cv_out_dir(config: MedsegConfig) -> Path:
@@ -84,7 +86,8 @@ def cross_validate(config: MedsegConfig, launch: Launch | None = None) -> tuple[
     results = [fold_result(k, folds[k]["val"], out / f"fold_{k}",
                            json.loads((out / f"fold_{k}" / "metrics.json").read_text())) for k in wanted]
     summary = {"task": "medseg", "variant": config.variant, "data": source, "folds": config.folds,
-               "splits": str(splits), "class_names": class_names, "trained": [k for k in wanted if k not in skipped],
+               "splits": str(splits), "class_names": class_names, "nsd_tolerance_mm": config.nsd_tolerance,
+               "nsd_title": nsd_title(results), "trained": [k for k in wanted if k not in skipped],
                "skipped": skipped, "per_fold": results, "over_folds": over_folds(results, class_names)}
     pooled = pooled_summary(results, len(class_names))
     if pooled is not None:
@@ -161,19 +164,33 @@ def fold_state(config: MedsegConfig) -> str:
 
 
 def fold_result(k: int, val: list[str], folder: Path, metrics: dict[str, Any]) -> dict[str, Any]:
-    """One fold's validation figures from its training summary (``metrics.json``)."""
+    """One fold's validation figures from its training summary (``metrics.json``); the NSD's column title with its
+    tolerance (:func:`~tasks.medseg.evaluation.report.nsd_column`, None for a fold scored before NSD)."""
     final = metrics["final"]
     split = "valid" if "valid" in final else "test"
     scores = final[split]
     result = {"fold": k, "folder": str(folder), "split": split, "val": list(val),
-              **{m: scores.get(m) for m in HEADLINE},
-              "classes": {c: {row["organ"]: {"dice": row["dice"], "hd95": row["hd95"]}
+              **{m: scores.get(m) for m in HEADLINE}, "nsd_title": nsd_column(scores["conventions"]["mm"]),
+              "classes": {c: {row["organ"]: {m: row.get(m) for m in ("dice", "hd95", "nsd")}
                               for row in scores["conventions"][c]["organs"]} for c in CONVENTIONS}}
     summary = folder / "predictions" / split / "summary.json"
     result["summary_json"] = str(summary) if summary.is_file() else None
     if split == "valid":
         result["test"] = {m: final["test"].get(m) for m in HEADLINE}
     return result
+
+
+def nsd_title(results: list[dict[str, Any]]) -> str | None:
+    """The NSD column's title shared by the folds ("NSD @ 1 mm (%)"), or None when no fold scored NSD.
+
+    Raises:
+        ValueError: folds scored NSD at different tolerances (or units): their mean would mix two measures.
+    """
+    titles = {r["nsd_title"] for r in results if r["nsd_title"] is not None}
+    if len(titles) > 1:
+        raise ValueError(f"the folds scored NSD at different tolerances ({', '.join(sorted(titles))}); train them "
+                         "again at one --nsd-tolerance")
+    return next(iter(titles), None)
 
 
 def spread(values: list[float | None]) -> dict[str, Any]:
@@ -186,11 +203,12 @@ def spread(values: list[float | None]) -> dict[str, Any]:
 
 
 def over_folds(results: list[dict[str, Any]], class_names: list[str]) -> dict[str, Any]:
-    """Each headline metric, and each class's Dice and HD95 per convention, over the folds (:func:`spread`)."""
+    """Each headline metric, and each class's Dice, HD95 (and NSD, "mm" convention) per convention, over the folds
+    (:func:`spread`)."""
     summary: dict[str, Any] = {m: spread([r[m] for r in results]) for m in HEADLINE}
     summary["classes"] = {c: {name: {metric: spread([r["classes"][c].get(name, {}).get(metric) for r in results])
-                                     for metric in ("dice", "hd95")} for name in class_names[1:]}
-                          for c in CONVENTIONS}
+                                     for metric in ("dice", "hd95", *(("nsd",) if c == "mm" else ()))}
+                              for name in class_names[1:]} for c in CONVENTIONS}
     return summary
 
 
@@ -208,20 +226,21 @@ def pooled_summary(results: list[dict[str, Any]], num_classes: int) -> dict | No
 
 def report_lines(summary: dict[str, Any], pooled: dict | None) -> list[str]:
     """report.md of the cross-validation."""
-    over, names = summary["over_folds"], summary["class_names"]
+    over, names, nsd = summary["over_folds"], summary["class_names"], summary["nsd_title"]
     lines = [f"# medseg · {summary['variant']} · {summary['folds']}-fold cross-validation", "",
              f"- **data**: {summary['data']}", f"- **folds**: {summary['splits']} (nnU-Net's splits_final.json)",
              f"- **trained now**: {summary['trained'] or 'none'}; **finished before, reused**: "
              f"{summary['skipped'] or 'none'}", "",
              "Each fold is scored on its validation cases (Dice %, HD95 in the papers' convention (voxels) and in "
-             "mm, nnU-Net's Dice in the original geometry); mean ± sample SD over the folds.", "",
+             f"mm, {_nsd_words(nsd)}nnU-Net's Dice in the original geometry); mean ± sample SD over the folds.", "",
              "## Per fold", ""]
     rows = [{"fold": r["fold"], "validation cases": len(r["val"]), "Dice %": _pct(r["dice"]), "HD95": _two(r["hd95"]),
-             "Dice % (mm)": _pct(r["dice_mm"]), "HD95 mm": _two(r["hd95_mm"]), "nnU-Net Dice": _four(r["nnunet_dice"]),
-             "run": r["folder"]} for r in summary["per_fold"]]
+             "Dice % (mm)": _pct(r["dice_mm"]), "HD95 mm": _two(r["hd95_mm"]), **({nsd: _pct(r["nsd"])} if nsd else {}),
+             "nnU-Net Dice": _four(r["nnunet_dice"]), "run": r["folder"]} for r in summary["per_fold"]]
     rows.append({"fold": "mean ± SD", "validation cases": sum(len(r["val"]) for r in summary["per_fold"]),
                  "Dice %": _pm(over["dice"], 100), "HD95": _pm(over["hd95"]), "Dice % (mm)": _pm(over["dice_mm"], 100),
-                 "HD95 mm": _pm(over["hd95_mm"]), "nnU-Net Dice": _pm(over["nnunet_dice"], 1, 4), "run": ""})
+                 "HD95 mm": _pm(over["hd95_mm"]), **({nsd: _pm(over["nsd"], 100)} if nsd else {}),
+                 "nnU-Net Dice": _pm(over["nnunet_dice"], 1, 4), "run": ""})
     lines += [markdown_table(rows), ""]
     for convention in CONVENTIONS:
         unit = "voxels" if convention == "papers" else "mm"
@@ -233,6 +252,8 @@ def report_lines(summary: dict[str, Any], pooled: dict | None) -> list[str]:
             row.update({f"fold {r['fold']} Dice %": _pct(v) for r, v in zip(summary["per_fold"],
                                                                             scores["dice"]["values"])})
             row.update({"Dice % mean ± SD": _pm(scores["dice"], 100), "HD95 mean ± SD": _pm(scores["hd95"])})
+            if nsd and "nsd" in scores:  # the "mm" convention's
+                row[nsd.replace("(%)", "% mean ± SD")] = _pm(scores["nsd"], 100)
             class_rows.append(row)
         lines += [markdown_table(class_rows), ""]
     if pooled is not None:
@@ -246,13 +267,23 @@ def _printed(summary: dict[str, Any], out: Path) -> list[str]:
     over = summary["over_folds"]
     lines = [f"{summary['folds']}-fold cross-validation of {summary['variant']} on {summary['data']}: trained folds "
              f"{summary['trained'] or 'none'}, reused {summary['skipped'] or 'none'}"]
+    nsd = summary["nsd_title"]
+    at = nsd.removeprefix("NSD ").removesuffix(" (%)") if nsd else ""  # "@ 1 mm"
     for r in summary["per_fold"]:
-        lines.append(f"fold {r['fold']}: Dice {_pct(r['dice'])} %, HD95 {_two(r['hd95'])} ({len(r['val'])} "
-                     f"validation cases)")
+        lines.append(f"fold {r['fold']}: Dice {_pct(r['dice'])} %, HD95 {_two(r['hd95'])}"
+                     + (f", NSD {_pct(r['nsd'])} % {at}" if nsd else "") + f" ({len(r['val'])} validation cases)")
     lines.append(f"over folds: Dice {_pm(over['dice'], 100)} %, HD95 {_pm(over['hd95'])} (papers' convention); "
-                 f"Dice {_pm(over['dice_mm'], 100)} %, HD95 {_pm(over['hd95_mm'])} mm")
+                 f"Dice {_pm(over['dice_mm'], 100)} %, HD95 {_pm(over['hd95_mm'])} mm"
+                 + (f"; NSD {_pm(over['nsd'], 100)} % {at}" if nsd else ""))
     lines.append(f"outputs in {out}/ (report.md, cv.json, splits_final.json, fold_k/)")
     return lines
+
+
+def _nsd_words(title: str | None) -> str:
+    """The report's words for the NSD column: its tolerance, or that the folds were scored before NSD."""
+    if title is None:
+        return "no NSD (the folds were scored before it was), "
+    return f"{title.removesuffix(' (%)')} in % ({NSD_RULES}), "
 
 
 def _finite(value: float) -> float | None:
