@@ -86,6 +86,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     if args.pred is not None or args.labels is not None or (args.run in task_names() and not Path(args.run).is_dir()):
         return _evaluate_folders(args)
+    if args.nsd_tolerance is not None:  # the training run's record names its tolerance, which paired NSD relies on
+        raise ValueError(f"--nsd-tolerance {args.nsd_tolerance:g} scores two folders (zoo evaluate medseg --pred DIR "
+                         "--labels DIR); a run's NSD is scored at the tolerance it was trained with: train it with "
+                         "--nsd-tolerance MM")
     members = _load_members(args, tuple(args.task_options))
     run = members[0]
     metrics, out = evaluate_run(run, args.data, args.split, args.out, members=members)
@@ -102,7 +106,8 @@ def _evaluate_folders(args: argparse.Namespace) -> int:
     if args.run not in task_names() or args.pred is None or args.labels is None:
         raise ValueError("score two folders of predictions with `zoo evaluate TASK --pred DIR --labels DIR` (e.g. "
                          "medseg's NIfTI label maps); to re-score a run, give its folder: `zoo evaluate RUN`")
-    lines = task_class(args.run).score_folders(args.pred, args.labels, args.dataset_json, args.chill, args.out)
+    lines = task_class(args.run).score_folders(args.pred, args.labels, args.dataset_json, args.chill, args.out,
+                                               nsd_tolerance=args.nsd_tolerance)
     print("\n".join(lines))
     return 0
 
@@ -216,6 +221,8 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset-json", default=None, metavar="FILE", help="medseg: dataset.json naming the classes "
                    "(default: the labels' own, else the label values found)")
     p.add_argument("--chill", action="store_true", help="medseg: allow references that have no prediction")
+    p.add_argument("--nsd-tolerance", type=float, default=None, metavar="MM", help="medseg with --pred: the normalised "
+                   "surface Dice's tolerance in mm (> 0; default 1, a training run's), recorded in metrics.json")
     _inference_arguments(p)
     _task_arguments("evaluate", p)
     p.set_defaults(func=_cmd_evaluate)
