@@ -299,6 +299,46 @@ TRAVELLING: dict[str, tuple[str, str, str]] = {
 }
 
 
+_STAGE_WIDTH = "第 i 阶段的{}宽 {}"
+# variant name -> change name -> part -> how the change reaches that part (Change.resizes and Change.also_in).
+REACH: dict[str, dict[str, dict[str, str]]] = {
+    "vit": {"stacking": {"position": "可学习的位置表多一行，留给 [CLS] token"}},
+    "deit": {"stacking": {"position": "可学习的位置表多一行，留给 [CLS] token"},
+             "head": {"position": "可学习的位置表多一行，留给蒸馏 token"}},
+    "swin": {
+        "attention": {"position": "相对位置表覆盖窗口内的 (2W−1)² 种偏移，而不是整张特征图的偏移"},
+        "stacking": {"attention": _STAGE_WIDTH.format("投影", "2^(i−1)·D"),
+                     "ffn": _STAGE_WIDTH.format("前馈网络", "2^(i−1)·D") + "，隐藏层是它的 4×",
+                     "norm": _STAGE_WIDTH.format("归一化", "2^(i−1)·D"),
+                     "position": "第 i 阶段的相对位置表为该阶段的每个头各存一个偏置",
+                     "head": "分类器读取最后一个阶段，宽 2^(S−1)·D"},
+    },
+    **{name: {"attention": {"stacking": "上下文桥和解码器中的注意力（属于堆叠结构部分的模块）也缩减其键和值"},
+              "ffn": {"stacking": "上下文桥和解码器各块中的前馈网络（属于堆叠结构部分的模块）也是 ReMix-FFN"},
+              "hierarchy": {"attention": _STAGE_WIDTH.format("投影", "widths[i]") + "，并有自己的键/值缩减",
+                            "ffn": _STAGE_WIDTH.format("前馈网络", "widths[i]"),
+                            "norm": _STAGE_WIDTH.format("归一化", "widths[i]")}}
+       for name in ("missformer", "missformer3d")},
+}
+
+_NO_SWITCH = "MONAI 的网络没有对应的开关"
+_NNUNET_NO_SWITCH = "nnU-Net 的网络（dynamic-network-architectures）没有对应的开关"
+_GLOBAL_WINDOW = ("让窗口覆盖每个阶段的整张特征图就等于全局注意力，但 MONAI 会为此构建一个 N² 项的相对位置索引"
+                  "（64×96×96 时达 43 GB）")
+# variant name -> change name -> why it cannot be reverted (Change.no_revert).
+NO_REVERT: dict[str, dict[str, str]] = {
+    "missformer3d": {"embedding": "图像块和词表两种 token 化器都只有 2D 版本"},
+    "swinunetr3d": {"attention": _GLOBAL_WINDOW, "embedding": _NO_SWITCH, "stacking": _NO_SWITCH},
+    "swinunetr-v2": {"attention": _GLOBAL_WINDOW, "embedding": _NO_SWITCH, "stacking": _NO_SWITCH},
+    "unetr": {"embedding": _NO_SWITCH, "position": "MONAI 的 UNETR 构建的 ViT 只支持可学习的位置", "norm": _NO_SWITCH,
+              "stacking": _NO_SWITCH},
+    "dynunet": {"attention": _NO_SWITCH, "stacking": _NO_SWITCH},
+    "resenc": {"attention": _NNUNET_NO_SWITCH, "stacking": _NNUNET_NO_SWITCH},
+    "segresnet": {"attention": _NO_SWITCH, "stacking": _NO_SWITCH},
+    "mednext": {"attention": _NO_SWITCH, "ffn": _NO_SWITCH, "stacking": _NO_SWITCH},
+}
+
+
 def _registration(variant: str | Variant, task: str | None) -> Variant:
     from zoo.registry import Variant, get_variant
 
@@ -355,6 +395,49 @@ def change_text(variant: str | Variant, change: str, lang: str, task: str | None
     return own[change]
 
 
+def _spaced(text: str) -> str:
+    """``text`` after a Chinese word: a space first when it starts with a Latin letter or digit (用的是 Post-LN)."""
+    return f" {text}" if text[:1].isascii() and text[:1].isalnum() else text
+
+
+def change_markdown(variant: str | Variant, change: str, lang: str, heading: str = "#", task: str | None = None
+                    ) -> str:
+    """One declared change as a Markdown section in ``lang``: the text ``zoo diff`` shows
+    (:func:`zoo.registry.change_markdown`, which "en" returns as it is), line for line, so that a report can swap
+    each English line for its Chinese one."""
+    from zoo.registry import change_markdown as english
+
+    registration = _registration(variant, task)
+    declared = registration.change(change)
+    if check_lang(lang) == "en":
+        return english(declared, heading)
+    classic, new, flaw = change_text(registration, change, lang)
+    title = declared.part if declared.name == declared.part else f"{declared.part}: {declared.name}"
+    lines = [f"{heading}# {title}（{scope_text(declared.scope, lang)}）", "",
+             f"经典模型用的是{_spaced(classic)}；这个变体用的是{_spaced(new)}。原因：{flaw}。", ""]
+    reach = REACH.get(registration.name, {}).get(change, {})
+
+    def how(parts: dict[str, str]) -> str:
+        missing = [p for p in parts if p not in reach]
+        if missing:
+            raise KeyError(f"change {change!r} of variant {registration.name!r} has no Chinese text for how it reaches "
+                           f"{missing}; add it to tasks/i18n/variants_zh.py REACH")
+        return "；".join(f"{part}（{reach[part]}）" for part in parts)
+
+    if declared.resizes:
+        lines += [f"它还决定了这些部分的尺寸：{how(declared.resizes)}。这些尺寸由它而来、随它一起还原，"
+                  "所以不算独立的改动：它们作为这个改动的行来测量，其他改动则在这些尺寸下测量。", ""]
+    if declared.also_in:
+        lines += [f"同一改动也出现在其他部分：{how(declared.also_in)}。", ""]
+    if declared.no_revert:
+        why = NO_REVERT.get(registration.name, {}).get(change)
+        if why is None:
+            raise KeyError(f"change {change!r} of variant {registration.name!r} has no Chinese text for why it cannot "
+                           "be reverted; add it to tasks/i18n/variants_zh.py NO_REVERT")
+        lines += [f"无法还原，因此下面既不测量也不做消融：{why}。", ""]
+    return "\n".join(lines)
+
+
 def _same_story(a: Change, b: Change) -> bool:
     return (a.part, a.classic, a.variant, a.flaw) == (b.part, b.classic, b.variant, b.flaw)
 
@@ -396,7 +479,12 @@ def untranslated() -> list[str]:
             for change in registration.changes:
                 if change.name not in CHANGES.get(name, {}):
                     missing.append(f"{name}: {change.name}")
-                elif not _same_story(change, changes.get(change.name, change)):
+                    continue
+                try:
+                    change_markdown(registration, change.name, "zh")
+                except KeyError:
+                    missing.append(f"{name}: {change.name} (how it reaches other parts, or why it is not reverted)")
+                if not _same_story(change, changes.get(change.name, change)):
                     missing.append(f"{name}: {change.name} ({', '.join(registration.tasks)}: another story than "
                                    f"the {', '.join(first.tasks)} registration's, which one translation cannot cover)")
     for entry in catalogue().values():
@@ -422,6 +510,17 @@ def stale() -> list[str]:
     for name, changes in CHANGES.items():
         declared = {c.name for r in registrations(name) for c in r.changes} if name in names else set()
         found += [f"CHANGES[{name!r}][{c!r}]" for c in changes if name in names and c not in declared]
+    for table, label in ((REACH, "REACH"), (NO_REVERT, "NO_REVERT")):
+        for name, changes in table.items():
+            declared = {c.name: c for r in registrations(name) for c in r.changes} if name in names else {}
+            for change, text in changes.items():
+                own = declared.get(change)
+                if own is None:
+                    found.append(f"{label}[{name!r}][{change!r}]")
+                elif label == "REACH":
+                    found += [f"REACH[{name!r}][{change!r}][{p!r}]" for p in text if p not in own.parts[1:]]
+                elif not own.no_revert:
+                    found.append(f"NO_REVERT[{name!r}][{change!r}]")
     entries = catalogue()
     found += [f"TRAVELLING[{n!r}]" for n in TRAVELLING if n not in entries or entries[n].registered]
     return found

@@ -12,6 +12,7 @@ from tasks.i18n import variants_zh
 from tasks.i18n.glossary import check_terms
 from tasks.i18n.reports_zh import numbers
 from tasks.i18n.variants_zh import (
+    change_markdown,
     change_text,
     part_text,
     scope_text,
@@ -23,6 +24,7 @@ from tasks.i18n.variants_zh import (
 from tests.plugin_helpers import isolated_registry
 from zoo.changes import catalogue
 from zoo.registry import Change, get_variant, list_variants, register, registrations
+from zoo.registry import change_markdown as change_markdown_en
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -38,6 +40,8 @@ def _pairs():
         pairs.append((registration.summary, variant_text(registration, "zh")))
         for change in registration.changes:
             pairs += zip(change_text(registration, change.name, "en"), change_text(registration, change.name, "zh"))
+            sections = [change_markdown(registration, change.name, lang).split("\n") for lang in ("en", "zh")]
+            pairs += [(e, c) for e, c in zip(*sections, strict=True) if e]  # its reach and why not reverted too
     for name in catalogue():
         pairs += zip(travelling_text(name, "en"), travelling_text(name, "zh"))
     return pairs
@@ -75,6 +79,23 @@ def test_english_is_the_registry_text():
     assert travelling_text("pre-ln", "zh") == change_text("pre-ln", "norm", "zh")  # from the declaring registration
     assert scope_text("task-specific", "en") == "task-specific" and scope_text("general", "zh") == "通用"
     assert part_text("ffn", "zh") == "前馈网络"
+
+
+def test_a_change_section_reads_line_for_line_as_zoo_diff_writes_it():
+    swin = get_variant("swin")
+    english = change_markdown(swin, "stacking", "en")
+    chinese = change_markdown(swin, "stacking", "zh")
+    assert english == change_markdown_en(swin.change("stacking"))  # "en" is zoo diff's own text
+    assert len(english.split("\n")) == len(chinese.split("\n"))
+    assert chinese.startswith("## stacking（特定于任务）") and "head（分类器读取最后一个阶段，宽 2^(S−1)·D）" in chinese
+    assert "无法还原" in change_markdown("unetr", "position", "zh")  # a change MONAI has no switch for
+    reach = variants_zh.REACH["swin"]["stacking"].pop("head")
+    try:
+        assert "swin: stacking (how it reaches other parts, or why it is not reverted)" in untranslated()
+        with pytest.raises(KeyError, match="REACH"):
+            change_markdown(swin, "stacking", "zh")
+    finally:
+        variants_zh.REACH["swin"]["stacking"]["head"] = reach
 
 
 def test_bad_names_get_errors_that_name_them():

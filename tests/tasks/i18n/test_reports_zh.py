@@ -1,0 +1,174 @@
+"""Reports in Chinese, on reports their generators really write here: a comparison and an ablation (the medseg
+task, planted per-case scores, so nothing trains), a study (planted cells through the study's own meta-analysis), and
+the delta analysis of registered variants.
+
+The no-English-left test is what ties the phrase table to the generators: a template that changes (a reworded
+sentence, a new column) and has no rule leaves English prose in the translation, and fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import tasks.runs.run
+from tasks.compare import sweep
+from tasks.compare.meta import Cell
+from tasks.compare.run_results import RunResult
+from tasks.engine.registry import task_shape
+from tasks.i18n.glossary import check_terms
+from tasks.i18n.reports_zh import numbers, translate_report
+from tasks.study.report import write_report
+from tasks.study.study import analyse
+from zoo.analysis.delta import measure
+from zoo.analysis.report import render_markdown
+from zoo.changes import get_change
+from zoo.vit.config import ViTConfig
+
+CASES = [f"case{i:04d}" for i in range(12)]
+PROTECTED = re.compile(r"`[^`]*`|!?\[[^\]]*\]\([^)]*\)")  # code spans and links (image links too) stay English
+# English prose: four or more plain words in a row (a CamelCase module name or a code word is not prose)
+PROSE = re.compile(r"[A-Za-z][a-z'’-]*(?: +[A-Za-z][a-z'’-]*){3,}")
+
+
+def english_left(markdown: str) -> list[str]:
+    """Every run of >= 4 consecutive English words outside code spans and links."""
+    return [run for line in markdown.split("\n") for run in PROSE.findall(PROTECTED.sub(" ", line))]
+
+
+def _run(root: Path, label: str, seed: int, shift: float, recipe: str, rng: np.random.Generator) -> RunResult:
+    """A finished medseg run of ``label`` as a comparison reads it: per-case Dice and HD95 of two organs."""
+    folder = root / f"{label}-seed{seed}"
+    (folder / "predictions").mkdir(parents=True)
+    (folder / "predictions" / "index.json").write_text(json.dumps({"test": {}}))
+    records = [{"case": case, "papers": {organ: {"dice": float(np.clip(0.6 + shift + rng.normal(0, 0.05), 0, 1)),
+                                                 "hd95": float(abs(8 - 20 * shift + rng.normal(0, 1)))}
+                                         for organ in ("liver", "spleen")}} for case in CASES]
+    config = {"hd95": "papers", "epochs": 2, "seed": seed, "recipe": recipe}
+    info = {"task": "medseg", "variant": label, "config": config,
+            "preprocessing": {"class_names": ["background", "liver", "spleen"],
+                              "recipe": {"name": "nnunet" if recipe == "own" else recipe}}}
+    training = {"parameters": 1000, "history": [{"step": 40}], "items_per_s": 12.5, "train_seconds": 30.0,
+                "budget": {"kind": "epochs", "value": 2}, "peak_memory": {"mb": 512.0}}
+    return RunResult(folder, folder, info, training, {"test": (records, "sha256:" + "1" * 64)})
+
+
+def _comparison(root: Path, kind: str, seeds: int, recipes: dict[str, str]) -> str:
+    """``report.md`` of :func:`tasks.compare.sweep.build_comparison` on planted runs: unetr clearly worse than the
+    dynunet reference, missformer within noise. The cost of a run (which loads its model) is planted too."""
+    rng = np.random.default_rng(0)
+    shifts = {"dynunet": 0.0, "unetr": -0.2, "missformer": 0.005}
+    groups = {label: [_run(root / kind, label, s, shift, recipes[label], rng) for s in range(seeds)]
+              for label, shift in shifts.items()}
+    cost = {"parts changed": "attention, stacking", "params": 1000, "GFLOPs": 1.5, "steps": 40.0,
+            "train_TFLOPs": None, "items/s": 12.5, "wall s": 30.0, "peak MiB": 512.0}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep, "_cost", lambda *args: cost)
+        patch.setattr(sweep, "_run_undeclared", lambda *args: [])
+        patch.setattr(tasks.runs.run, "load_run", lambda path: SimpleNamespace(task=SimpleNamespace(variant=None)))
+        sweep.build_comparison("medseg", groups, "dynunet", root / kind / "out", kind=kind)
+    return (root / kind / "out" / "report.md").read_text()
+
+
+def _study(out: Path) -> str:
+    """``report.md`` of :func:`tasks.study.report.write_report`: two changes on three tasks in both regimes, analysed
+    by the study's own :func:`tasks.study.study.analyse` (one general, one inconclusive), one change measured on one
+    task only, a learning-rate choice and a change that does not apply."""
+    rng = np.random.default_rng(1)
+    labels = ("translation:embedded:tiny", "lm:embedded:tiny", "cifar:embedded:tiny")
+
+    def row(label: str, change: str) -> dict:
+        return {"cell": label, "metric_title": "BLEU", "higher_is_better": not label.startswith("lm"),
+                "classic": {"label": "classic", "mean": 20.5, "lr": 0.001},
+                "new": {"label": change, "mean": 21.25, "lr": 0.003},
+                "paired_test": {"delta": 0.75, "delta_ci95": [0.1, 1.4], "p_value": 0.02}}
+
+    analyses: dict = {}
+    for change, shift in (("rmsnorm", 0.0), ("gelu", 0.8)):
+        for regime in ("shared", "tuned"):
+            cells = [Cell(label.split(":")[0], "embedded", "tiny", tuple(shift + rng.normal(0, 0.3, 3)),
+                          tuple(rng.normal(0, 1, 3))) for label in labels]
+            analyses.setdefault(change, {})[regime] = analyse(change, cells, [row(label, change) for label in labels],
+                                                              (), "dl", 0.05)
+    analyses["untied-output"] = {"shared": analyse("untied-output", [Cell("translation", "embedded", "tiny",
+                                                                          (0.1, 0.3), (0.2, -0.4))],
+                                                   [row(labels[0], "untied-output")], (), "dl", 0.05)}
+    results = {
+        "changes": list(analyses), "command": "zoo study rmsnorm,gelu,untied-output --seeds 3", "cells": list(labels),
+        "seeds": 3, "budgets": {"translation": "epochs=1", "lm": "epochs=1", "cifar": "epochs=1"}, "alpha": 0.05,
+        "declared": {"rmsnorm": "general", "gelu": "general", "untied-output": "general"}, "analyses": analyses,
+        "choices": [{"cell": labels[0], "side": "classic", "metric": "BLEU", "higher_is_better": True,
+                     "valid": {"0.001": 20.1, "0.003": 21.4}, "chosen": 0.003, "valid_hash": "sha256:" + "ab" * 32}],
+        "not_applied": [{"change": "untied-output", "cell": labels[2],
+                         "reason": get_change("untied-output").why_not(ViTConfig)}],
+        "cost": {"verdict": {"runs": 54, "train_seconds": 300.0}, "tuning": {"runs": 12, "train_seconds": 60.0},
+                 "total": {"runs": 66, "train_seconds": 360.0, "wall_seconds": 400.0}, "study_seconds": 420.0}}
+    return write_report(results, out)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("reports")
+    own = {"dynunet": "own", "unetr": "own", "missformer": "own"}
+    return {"compare": _comparison(root, "compare", 3, own),
+            "ablate": _comparison(root, "ablate", 1, {**own, "unetr": "default"}),
+            "shared recipe": _comparison(root, "shared", 1, dict.fromkeys(own, "default")),
+            "study": _study(root / "study"),
+            "delta linear": render_markdown(measure("linear", task_shape("lm")))}
+
+
+def _check(english: str) -> str:
+    chinese = translate_report(english)
+    assert english_left(chinese) == []
+    assert sorted(numbers(chinese)) == sorted(numbers(english))  # every number kept, none added
+    assert sorted(PROTECTED.findall(chinese)) == sorted(PROTECTED.findall(english))  # code spans, links: same bytes
+    assert check_terms(chinese) == []
+    return chinese
+
+
+def test_the_fixtures_write_what_the_translation_must_cover(reports):
+    """The planted inputs reach the templates the phrase table is tested on (each a different generator path)."""
+    compare, ablate, shared, study = (reports[k] for k in ("compare", "ablate", "shared recipe", "study"))
+    assert "each side trains with its own recipe" in compare and "| worse |" in compare and "## Per class" in compare
+    assert "Recipes differ between the rows" in ablate and "test-set noise only, 1 seed" in ablate
+    assert "one shared recipe for every side" in shared
+    assert all(scope in study for scope in ("**general**", "**inconclusive**", "**not measured**", "## Not applied"))
+    assert len(english_left(compare)) > 20 and english_left(reports["delta linear"])  # the check finds English
+
+
+@pytest.mark.parametrize("name", ["compare", "ablate", "shared recipe", "study", "delta linear"])
+def test_no_english_prose_is_left_and_every_number_is_kept(reports, name):
+    _check(reports[name])
+
+
+def test_verdicts_headings_and_stories_in_chinese(reports):
+    compare = _check(reports["compare"])
+    assert "| 更差 |" in compare and "| 无显著差异 |" in compare and "| 基线 |" in compare
+    assert "## 跨种子" in compare
+    assert "训练配方：每一方用自己的配方（dynunet: nnunet, unetr: nnunet, missformer: nnunet）" in compare
+    study = _check(reports["study"])
+    assert "适用范围：**通用**" in study and "| 否 |" in study and "| **是** |" in study
+    delta = _check(reports["delta linear"])
+    assert "用 φ = elu + 1 的线性注意力取代 softmax 注意力" in delta  # the summary, from variants_zh
+    assert "经典模型用的是 softmax(QKᵀ/√d)V" in delta and "## attention（通用）" in delta
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant, task", [("deit", "cifar"), ("swin", "cifar"), ("moe", "translation"),
+                                           ("classic", "translation")])
+def test_delta_reports_of_other_variants(variant, task):
+    """Resized parts and the by-change table (swin, deit), a procedure-only change (deit's objective), active
+    parameters (moe), the classic base itself."""
+    _check(render_markdown(measure(variant, task_shape(task), memory=False)))
+
+
+def test_lines_no_rule_matches_stay_as_they_are():
+    assert translate_report("## liver\n\nSome note no template writes, kept as it is.") == \
+        "## liver\n\nSome note no template writes, kept as it is."
+    with pytest.raises(TypeError, match="markdown text"):
+        translate_report(None)
