@@ -15,7 +15,8 @@ method, each case predicted once by the fold that did not train on it, several d
   cross-validation summary gives it;
 - peak memory and the training time of all folds are columns beside the metric;
 - with two datasets or more, one table per dataset and the cross-dataset statistics of ``zoo study``
-  (:func:`tasks.compare.meta.meta_analysis`, one cell per dataset) for each variant against the baseline.
+  (:func:`tasks.compare.meta.meta_analysis` ``across="dataset"``: one cell per dataset of the one task, the scope
+  and the signs read across the datasets) for each variant against the baseline.
 
 Nothing here names a task: the folds come from the task's hook, the records from the runs.
 """
@@ -37,7 +38,7 @@ import numpy as np
 from plumbing.atomic import write_json_atomic, write_text_atomic
 from plumbing.errors import check_int
 from plumbing.tables import markdown_table
-from tasks.compare.meta import Cell, meta_analysis
+from tasks.compare.meta import Cell, meta_analysis, rule_text, signs_text
 from tasks.compare.paired import example_ids, run_score
 from tasks.compare.run_results import RunResult, read_result
 from tasks.engine.config import check_folder
@@ -169,22 +170,21 @@ def dataset_cell(task_name: str, label: str, preset: str, metric: PairedMetric, 
     """A dataset as a cell of :func:`~tasks.compare.meta.meta_analysis`: the per-case differences variant −
     baseline (seed-averaged; oriented so that positive is better), and the noise floor from the baseline's seeds
     paired two by two (seed 0 − seed 1, seed 2 − seed 3, ...: per case, a difference of two independent baseline
-    runs), the unit of both being one case. The cell's task is ``TASK:DATASET``: the meta-analysis groups its
-    measured scope and sign consistency by task, and across datasets of one task those groups are the datasets
-    (its scope then reads "general" across them, or specific to one)."""
+    runs), the unit of both being one case. The cell is (``task_name``, ``label``, ``preset``): the meta-analysis
+    groups it by its dataset (``across="dataset"``)."""
     sign = 1.0 if metric.higher_is_better else -1.0
     differences = sign * (case_values(metric, variant) - case_values(metric, baseline))
     noise = np.concatenate([case_values(metric, baseline[i:i + 1]) - case_values(metric, baseline[i + 1:i + 2])
                             for i in range(0, len(baseline) - 1, 2)])
-    return Cell(f"{task_name}:{label}", label, preset, tuple(differences[np.isfinite(differences)]),
+    return Cell(task_name, label, preset, tuple(differences[np.isfinite(differences)]),
                 tuple(noise[np.isfinite(noise)]))
 
 
 def across_datasets(task_name: str, preset: str, metric: PairedMetric, pooled: dict[str, dict[str, list[RunResult]]],
                     reference: str, alpha: float) -> dict[str, Any]:
     """For each variant but ``reference``, the random-effects meta-analysis over the datasets (cells) of ``pooled``
-    (dataset → label → its seeds' pooled results), or why there is none (fewer than two baseline seeds; a cell
-    without spread)."""
+    (dataset → label → its seeds' pooled results), its scope and signs across the datasets, or why there is none
+    (fewer than two baseline seeds; a cell without spread)."""
     out: dict[str, Any] = {}
     seeds = min(len(runs) for groups in pooled.values() for runs in groups.values())
     for label in next(iter(pooled.values())):
@@ -197,13 +197,15 @@ def across_datasets(task_name: str, preset: str, metric: PairedMetric, pooled: d
         try:
             cells = [dataset_cell(task_name, name, preset, metric, groups[label], groups[reference])
                      for name, groups in pooled.items()]
-            study = meta_analysis(cells, alpha=alpha)
+            study = meta_analysis(cells, alpha=alpha, across="dataset")
         except ValueError as error:
             out[label] = {"why": str(error)}
             continue
         p = study.pooled
         out[label] = {"pooled_effect": p.estimate, "interval": list(p.interval), "se": p.se, "tau2": p.tau2,
                       "i2": p.i2, "q_p": p.q_p, "method": p.method, "scope": study.scope.scope,
+                      "reason": study.scope.reason, "signs": study.by_dataset.signs,
+                      "agreeing": study.by_dataset.agreeing,
                       "cells": {e.cell.dataset: {"effect": e.effect, "mean_difference": e.mean_difference,
                                                  "p_holm": e.p_holm} for e in study.cells}}
     return out
@@ -287,14 +289,19 @@ def report_lines(result: dict[str, Any], comparisons: dict[str, dict[str, Any]],
               "(seed-averaged, positive = better) standardised by the baseline's seed-to-seed SD per case (its seeds "
               "paired two by two), pooled by a random-effects meta-analysis (`zoo study`'s statistics, "
               f"tasks.compare.meta; intervals at {100 * (1 - alpha):g} %).", ""]
-    rows = []
+    rows, scopes = [], []
     for label, m in result["across_datasets"].items():
         if "why" in m:
             rows.append({"variant": label, "pooled effect [CI]": "–", "I²": "–", "τ²": "–", "scope": m["why"]})
             continue
+        scopes.append(f"- {label}: **{m['scope']}** across datasets: {m['reason']}. Signs by dataset: "
+                      f"{signs_text(m['signs'])} ({m['agreeing']} of {len(m['signs'])} agree with the pooled sign).")
         cells = "; ".join(f"{name} {c['effect']:+.3g} (p Holm {c['p_holm']:.2g})" for name, c in m["cells"].items())
         rows.append({"variant": label,
                      "pooled effect [CI]": f"{m['pooled_effect']:+.3g} [{m['interval'][0]:+.3g}, "
                                            f"{m['interval'][1]:+.3g}]",
                      "I²": f"{100 * m['i2']:.0f} %", "τ²": f"{m['tau2']:.3g}", "scope": m["scope"], "cells": cells})
-    return lines + [markdown_table(rows), ""]
+    lines += [markdown_table(rows), ""]
+    if scopes:
+        lines += [*scopes, "", f"The scope's rule, across datasets: {rule_text(alpha, across='dataset')}", ""]
+    return lines

@@ -23,9 +23,12 @@ scores higher" in the metric's good direction (negate perplexity or HD95 first).
   DerSimonian–Laird's (``"dl"``) or Paule–Mandel's (``"pm"``) between-cell variance τ², the pooled effect, its
   normal (1 − α) interval, Cochran's Q with its χ² p-value and I² = max(0, (Q − (k − 1)) / Q); equal to
   ``statsmodels.stats.meta_analysis.combine_effects`` (tested).
-* **Sign consistency** (:func:`sign_consistency`): the sign of each task's (or preset's) inverse-variance mean
-  effect, and how many groups agree with the pooled sign.
-* **The measured scope** (:func:`measured_scope`), by the rule :func:`rule_text` writes out.
+* **Sign consistency** (:func:`sign_consistency`): the sign of each task's (or dataset's, or preset's)
+  inverse-variance mean effect, and how many groups agree with the pooled sign.
+* **The measured scope** (:func:`measured_scope`), by the rule :func:`rule_text` writes out, *across* the cells'
+  tasks (``zoo study``: is the change general, or specific to a task?) or across the datasets of one task
+  (``zoo compare --folds K --data A --data B``: does the variant win on every dataset, or on one?): the rule
+  is the same, its groups are the tasks or the datasets (:data:`ACROSS`).
 
 Checked in simulation over planted studies of 3 tasks × 2 presets (tests/tasks/compare/test_meta.py; base and
 change share half of each seed's variance; effects in seed-SDs). With no effect anywhere the scope is "general" or
@@ -55,6 +58,9 @@ METHODS = ("dl", "pm")  # DerSimonian–Laird's one-step τ², Paule–Mandel's 
 EQUIVALENCE_MARGIN = 0.2  # standardised: a fifth of one run's seed SD, Cohen's "small" effect
 TARGET_POWER = 0.8  # the power the "how many seeds would tell" calculation asks for
 MOST_SEEDS = 10**6  # where that calculation stops counting: "more than" this many
+# what a measured scope groups the cells by: the tasks of a study, or the datasets of one task's comparison
+ACROSS = ("task", "dataset")
+GROUPINGS = (*ACROSS, "preset")  # what sign consistency may group by
 
 
 @dataclass(frozen=True)
@@ -146,7 +152,8 @@ class Scope:
 
 @dataclass(frozen=True)
 class Study:
-    """Everything :func:`meta_analysis` measures of one study."""
+    """Everything :func:`meta_analysis` measures of one study; ``across`` the groups its scope was measured across
+    (:data:`ACROSS`), ``by_dataset`` the signs by dataset when those are the datasets (else None)."""
 
     cells: list[CellEffect]
     pooled: Pooled
@@ -155,6 +162,8 @@ class Study:
     scope: Scope
     alpha: float
     margin: float
+    across: str = "task"
+    by_dataset: Consistency | None = None
 
 
 def hedges_j(df: float) -> float:
@@ -264,14 +273,20 @@ def _sign(x: float) -> int:
 
 
 def sign_consistency(effects: Sequence[CellEffect], by: str, pooled_sign: int) -> Consistency:
-    """Per group (``by``: ``"task"`` or ``"preset"``), the sign of its cells' inverse-variance mean effect."""
-    if by not in ("task", "preset"):
-        raise unknown_name("grouping", by, ("task", "preset"))
+    """Per group (``by``: ``"task"``, ``"dataset"`` or ``"preset"``), the sign of its cells' inverse-variance mean
+    effect."""
+    if by not in GROUPINGS:
+        raise unknown_name("grouping", by, GROUPINGS)
     groups: dict[str, list[CellEffect]] = {}
     for e in effects:
         groups.setdefault(getattr(e.cell, by), []).append(e)
     signs = {name: _sign(sum(e.effect / e.variance for e in members)) for name, members in groups.items()}
     return Consistency(by, signs, sum(s == pooled_sign != 0 for s in signs.values()))
+
+
+def signs_text(signs: dict[str, int]) -> str:
+    """``{"alpha": 1, "beta": -1}`` as ``"alpha +, beta −"``: a :class:`Consistency`'s signs for a report."""
+    return ", ".join(f"{name} {'+' if v > 0 else '−' if v < 0 else '0'}" for name, v in signs.items())
 
 
 def subgroup_difference(first: Sequence[CellEffect], second: Sequence[CellEffect]) -> tuple[float, float]:
@@ -324,17 +339,26 @@ def seeds_for_power(effect: float, alpha: float = 0.05, power: float = TARGET_PO
     return n
 
 
-def rule_text(alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN) -> str:
-    """The measured-scope rule in words, as :func:`measured_scope` applies it (the report prints it)."""
+def check_across(across: object) -> str:
+    """``across`` when it names what a measured scope may group by (:data:`ACROSS`), else a "did you mean"."""
+    if across not in ACROSS:
+        raise unknown_name("across (what the scope groups cells by)", across, ACROSS)
+    return across
+
+
+def rule_text(alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN, across: str = "task") -> str:
+    """The measured-scope rule in words, as :func:`measured_scope` applies it across ``across`` (the tasks, or the
+    datasets), for the report to print."""
+    unit = check_across(across)
     return (
         f"A cell is *significant* when its paired t test's p, Holm-corrected over all the study's cells, is below "
-        f"{alpha:g}; a task's *direction* is the sign of its significant cells (none, or both signs: no direction). "
+        f"{alpha:g}; a {unit}'s *direction* is the sign of its significant cells (none, or both signs: no direction). "
         "Effects are mean differences in units of one base run's seed-to-seed SD (the noise floor). "
         f"**general**: the pooled random-effects {100 * (1 - alpha):g} % interval excludes 0, more than half of the "
-        "tasks have the pooled sign as their direction, every task's mean effect has that sign and no cell is "
-        "significant the other way. **task-specific**: not general, and every task the change was proposed on "
-        "(if none is declared: every task with a direction) has the same direction, every other task has none or "
-        "the opposite one, and the two groups' inverse-variance mean effects differ that way by a z test at "
+        f"{unit}s have the pooled sign as their direction, every {unit}'s mean effect has that sign and no cell is "
+        f"significant the other way. **{unit}-specific**: not general, and every {unit} the change was proposed on "
+        f"(if none is declared: every {unit} with a direction) has the same direction, every other {unit} has none "
+        "or the opposite one, and the two groups' inverse-variance mean effects differ that way by a z test at "
         f"{alpha:g}. **no effect**: no cell is significant and the pooled interval lies within "
         f"±{margin:g}. **inconclusive**: anything else; it says how many seeds a side would give each cell's "
         f"paired test {100 * TARGET_POWER:g} % power at Holm's strictest level ({alpha:g} / cells) against an "
@@ -343,8 +367,12 @@ def rule_text(alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN) -> str:
 
 
 def measured_scope(effects: Sequence[CellEffect], pooled: Pooled, proposed: Iterable[str] = (),
-                   alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN) -> Scope:
+                   alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN, across: str = "task") -> Scope:
     """The measured scope of a change: general, task-specific, no effect or inconclusive.
+
+    ``across`` (:data:`ACROSS`) names the groups of cells the rule reads: ``"task"`` (a study: the cells' tasks) or
+    ``"dataset"`` (one task's comparison on several datasets: the cells' datasets; the scopes then read
+    "dataset-specific", and ``proposed`` names datasets). Below, "task" stands for either.
 
     The rule (also :func:`rule_text`, which the report prints): a cell is significant when its Holm-corrected p
     is below ``alpha``; a task's direction is the common sign of its significant cells (0 when none or mixed).
@@ -364,37 +392,42 @@ def measured_scope(effects: Sequence[CellEffect], pooled: Pooled, proposed: Iter
     """
     check_alpha(alpha)
     check_number("margin", margin, 0, low_open=True, hint=f"a standardised effect, e.g. {EQUIVALENCE_MARGIN}")
-    tasks = sorted({e.cell.task for e in effects})
-    if len(tasks) < 2:
-        raise ValueError(f"a measured scope needs cells of at least 2 tasks, got {tasks}: one task cannot tell "
-                         "general from task-specific; add tasks")
+    unit = check_across(across)
+
+    def group_of(e: CellEffect) -> str:
+        return getattr(e.cell, unit)
+
+    groups = sorted({group_of(e) for e in effects})
+    if len(groups) < 2:
+        raise ValueError(f"a measured scope needs cells of at least 2 {unit}s, got {groups}: one {unit} cannot tell "
+                         f"general from {unit}-specific; add {unit}s")
     proposed = sorted(set(proposed))
     for name in proposed:
-        if name not in tasks:
-            raise unknown_name("proposed task", name, tasks)
+        if name not in groups:
+            raise unknown_name(f"proposed {unit}", name, groups)
     significant = [e for e in effects if e.p_holm < alpha]
     direction = {}
-    for task in tasks:
-        signs = {_sign(e.mean_difference) for e in significant if e.cell.task == task}
-        direction[task] = signs.pop() if len(signs) == 1 else 0
+    for name in groups:
+        signs = {_sign(e.mean_difference) for e in significant if group_of(e) == name}
+        direction[name] = signs.pop() if len(signs) == 1 else 0
     sign = _sign(pooled.estimate)
     low, high = pooled.interval
-    by_task = sign_consistency(effects, "task", sign)
-    with_sign = [t for t in tasks if direction[t] == sign != 0]
-    if ((low > 0 or high < 0) and 2 * len(with_sign) > len(tasks) and by_task.agreeing == len(tasks)
+    by_group = sign_consistency(effects, unit, sign)
+    with_sign = [t for t in groups if direction[t] == sign != 0]
+    if ((low > 0 or high < 0) and 2 * len(with_sign) > len(groups) and by_group.agreeing == len(groups)
             and not any(_sign(e.mean_difference) == -sign for e in significant)):
         return Scope("general", f"pooled {pooled.estimate:+.2f} [{low:+.2f}, {high:+.2f}]; significant with that "
-                     f"sign in {len(with_sign)} of {len(tasks)} tasks ({', '.join(with_sign)})")
-    where = proposed or [t for t in tasks if direction[t]]
+                     f"sign in {len(with_sign)} of {len(groups)} {unit}s ({', '.join(with_sign)})")
+    where = proposed or [t for t in groups if direction[t]]
     common = {direction[t] for t in where}
     if where and len(common) == 1 and 0 not in common:
         s = common.pop()
-        others = [t for t in tasks if t not in where]
-        inside = [e for e in effects if e.cell.task in where]
-        outside = [e for e in effects if e.cell.task not in where]
+        others = [t for t in groups if t not in where]
+        inside = [e for e in effects if group_of(e) in where]
+        outside = [e for e in effects if group_of(e) not in where]
         gap, p_gap = subgroup_difference(inside, outside) if outside else (0.0, 1.0)
         if all(direction[t] != s for t in others) and _sign(gap) == s and p_gap < alpha:
-            return Scope("task-specific", f"significant {'+-'[s < 0]} in {', '.join(where)}; null or opposite in "
+            return Scope(f"{unit}-specific", f"significant {'+-'[s < 0]} in {', '.join(where)}; null or opposite in "
                          f"{', '.join(others)}; the two groups differ by {gap:+.2f} (p {p_gap:.2g})")
     if not significant and -margin <= low and high <= margin:
         return Scope("no effect", f"no cell significant; pooled interval [{low:+.2f}, {high:+.2f}] within "
@@ -408,17 +441,20 @@ def measured_scope(effects: Sequence[CellEffect], pooled: Pooled, proposed: Iter
 
 
 def meta_analysis(cells: Sequence[Cell], proposed: Iterable[str] = (), method: str = "dl", alpha: float = 0.05,
-                  margin: float = EQUIVALENCE_MARGIN, hartung_knapp: bool = False) -> Study:
+                  margin: float = EQUIVALENCE_MARGIN, hartung_knapp: bool = False, across: str = "task") -> Study:
     """A study's statistics across cells: each cell's effect and Holm-corrected test, the pooled effect, the sign
-    consistency across tasks and presets, and the measured scope (see :func:`measured_scope`).
+    consistency across tasks and presets (and datasets, ``across="dataset"``), and the measured scope across the
+    tasks, or across the datasets of one task (see :func:`measured_scope`).
 
     ``method`` and ``hartung_knapp`` choose the pooled interval (:func:`random_effects`).
     """
+    check_across(across)
     effects = cell_effects(cells)
     pooled = random_effects([e.effect for e in effects], [e.variance for e in effects], method, alpha, hartung_knapp)
     sign = _sign(pooled.estimate)
+    by_dataset = sign_consistency(effects, "dataset", sign) if across == "dataset" else None
     return Study(effects, pooled, sign_consistency(effects, "task", sign), sign_consistency(effects, "preset", sign),
-                 measured_scope(effects, pooled, proposed, alpha, margin), alpha, margin)
+                 measured_scope(effects, pooled, proposed, alpha, margin, across), alpha, margin, across, by_dataset)
 
 
 def plot_forest(study: Study, path: str | Path, title: str = "") -> Path:

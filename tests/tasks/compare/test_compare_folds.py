@@ -157,18 +157,55 @@ def test_the_cross_dataset_statistics_are_zoo_studys_on_per_case_differences():
         variant = [b + shift + rng.normal(0, 0.02, 6) for b in base]
         pooled[name] = {"base": [_result(b.tolist(), cases) for b in base],
                         "new": [_result(v.tolist(), cases) for v in variant]}
-        cells.append(Cell(f"medseg:{name}", name, "tiny", tuple(np.mean(variant, 0) - np.mean(base, 0)),
+        cells.append(Cell("medseg", name, "tiny", tuple(np.mean(variant, 0) - np.mean(base, 0)),
                           tuple(base[0] - base[1])))
     metric = paired_metrics(pooled["alpha"]["base"][0].info)[0]
     np.testing.assert_allclose(dataset_cell("medseg", "alpha", "tiny", metric, pooled["alpha"]["new"],
                                             pooled["alpha"]["base"]).differences, cells[0].differences, rtol=1e-12)
     found = across_datasets("medseg", "tiny", metric, pooled, "base", 0.05)["new"]
-    expected = meta_analysis(cells, alpha=0.05)
+    expected = meta_analysis(cells, alpha=0.05, across="dataset")
     assert found["pooled_effect"] == pytest.approx(expected.pooled.estimate, rel=1e-12)
     assert found["interval"] == pytest.approx(list(expected.pooled.interval), rel=1e-12)
     assert found["scope"] == expected.scope.scope and set(found["cells"]) == {"alpha", "beta", "gamma"}
     hd95 = paired_metrics(pooled["alpha"]["base"][0].info)[1]  # lower is better: oriented so that + is better
     assert not hd95.higher_is_better
+
+
+def _planted(shifts: dict[str, float], seed: int, cases: int = 20) -> dict[str, dict[str, list[RunResult]]]:
+    """dataset → {"base", "new"} → two seeds' pooled results: per case the baseline's Dice, its second seed within
+    0.02 of the first (the noise floor), the variant's the baseline's plus the dataset's shift (± 0.01)."""
+    rng = np.random.default_rng(seed)
+    names = [f"c{i}" for i in range(cases)]
+    pooled = {}
+    for name, shift in shifts.items():
+        first = rng.uniform(0.3, 0.7, cases)
+        base = [first, first + rng.normal(0, 0.02, cases)]
+        pooled[name] = {"base": [_result(b.tolist(), names) for b in base],
+                        "new": [_result((b + shift + rng.normal(0, 0.01, cases)).tolist(), names) for b in base]}
+    return pooled
+
+
+def test_several_datasets_of_one_task_pool_as_datasets_not_as_tasks():
+    """Three datasets of medseg are three cells of ONE task: the scope, its reason, the signs and the rule the report
+    prints read across the datasets by their names (the cells were once faked as tasks "medseg:DATASET")."""
+    from tasks.compare.folds import report_lines
+
+    metric = paired_metrics(_result([0.5, 0.5], ["a", "b"]).info)[0]
+    everywhere = across_datasets("medseg", "tiny", metric, _planted(dict.fromkeys(("alpha", "beta", "gamma"), 0.05), 1),
+                                 "base", 0.05)
+    found = everywhere["new"]
+    assert found["scope"] == "general" and found["signs"] == {"alpha": 1, "beta": 1, "gamma": 1}
+    assert found["reason"].endswith("significant with that sign in 3 of 3 datasets (alpha, beta, gamma)")
+    assert found["agreeing"] == 3
+    only_alpha = across_datasets("medseg", "tiny", metric, _planted({"alpha": 0.06, "beta": 0.0, "gamma": 0.0}, 2),
+                                 "base", 0.05)["new"]
+    assert only_alpha["scope"] == "dataset-specific", only_alpha
+    assert only_alpha["reason"].startswith("significant + in alpha; null or opposite in beta, gamma")
+    report = "\n".join(report_lines({"title": "t", "across_datasets": everywhere}, {}, metric, 0.05))
+    assert "- new: **general** across datasets: " in report
+    assert "Signs by dataset: alpha +, beta +, gamma + (3 of 3 agree with the pooled sign)" in report
+    assert "more than half of the datasets have the pooled sign" in report and "**dataset-specific**" in report
+    assert "medseg:" not in report and not re.search(r"\btasks?\b(?!\.compare)", report), report  # but the module
 
 
 def test_data_names_folders_or_the_embedded_data(data, tmp_path):

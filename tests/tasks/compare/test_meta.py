@@ -6,6 +6,7 @@ are the same on every machine; its margins are stated where it asserts them.
 """
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -170,6 +171,24 @@ def test_sign_consistency_and_subgroup_difference():
     assert p == pytest.approx(float(2 * scipy_stats.norm.sf(abs(z))), rel=1e-10)
 
 
+def test_the_datasets_of_one_task_are_pooled_as_the_tasks_of_a_study():
+    """A study's cells relabelled as datasets of one task: the same numbers, the scope and its reason read across
+    datasets (a "task-specific" change is "dataset-specific"), the signs kept by dataset; a study's words unchanged."""
+    for effects, proposed, scope in (({"translation": 1.5, "lm": 1.5, "cifar": 1.5}, (), "general"),
+                                     ({"translation": 2.5, "lm": 0.0, "cifar": 0.0}, ("translation",), "specific")):
+        cells = planted_cells(effects, 12, np.random.default_rng(0))
+        study = meta_analysis(cells, proposed)
+        datasets = meta_analysis([replace(c, task="medseg", dataset=c.task) for c in cells], proposed,
+                                 across="dataset")
+        assert study.scope.scope.endswith(scope) and study.across == "task" and study.by_dataset is None
+        assert datasets.pooled == study.pooled and datasets.across == "dataset"
+        assert datasets.scope.scope == study.scope.scope.replace("task", "dataset")
+        assert datasets.scope.reason == study.scope.reason.replace("tasks", "datasets")
+        assert datasets.by_dataset.signs == study.by_task.signs and datasets.by_task.signs == {"medseg": 1}
+    assert rule_text(0.05, across="dataset") == rule_text(0.05).replace("task", "dataset")
+    assert "a dataset's *direction*" in rule_text(across="dataset")
+
+
 def scope_of(effects: dict[str, float], seeds: int, seed: int, proposed: tuple[str, ...] = ()) -> str:
     return meta_analysis(planted_cells(effects, seeds, np.random.default_rng(seed)), proposed).scope.scope
 
@@ -307,7 +326,12 @@ def test_bad_study_inputs():
     with pytest.raises(ValueError, match="effect must be > 0"):
         seeds_for_power(0.0)
     effects = cell_effects(cells)
-    with pytest.raises(ValueError, match="unknown grouping 'dataset'"):
-        sign_consistency(effects, "dataset", 1)
+    with pytest.raises(ValueError, match="unknown grouping 'seed'"):
+        sign_consistency(effects, "seed", 1)
+    with pytest.raises(ValueError, match="unknown across .*'datset'. Did you mean 'dataset'"):
+        meta_analysis(cells, across="datset")
+    with pytest.raises(ValueError, match="at least 2 datasets, got \\['d'\\]: one dataset cannot tell general from "
+                                         "dataset-specific"):
+        meta_analysis([replace(c, dataset="d") for c in cells], across="dataset")
     with pytest.raises(ValueError, match="at least 2 tasks"):
         measured_scope(effects[:2], random_effects([0.1, 0.2], [0.1, 0.1]))
