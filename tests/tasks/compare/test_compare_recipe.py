@@ -142,3 +142,20 @@ def test_ablate_pairs_the_own_recipe_against_the_shared_default(nifti, tmp_path,
     assert stat["p_value"] is not None and stat["delta"] == pytest.approx(full["mean"] - row["mean"])  # paired
     report = (out / "report.md").read_text()
     assert "`dynunet`: nnunet (its own)" in report and "(this row: shared default)`: default (shared)" in report
+
+
+@pytest.mark.slow  # trains 2 variants x 2 folds of one 2D epoch
+def test_a_cross_validated_comparison_shows_the_shared_recipe(tmp_path):
+    from tasks.medseg.reading.phantom import write_phantom
+
+    data = write_phantom(tmp_path / "data", seed=3, slices=5, size=(48, 64), train_cases=TRAIN[:4],
+                         test_cases=("case0001", "case0002"))
+    out = tmp_path / "cv"
+    assert main(["compare", "medseg", "--folds", "2", "--variants", "basicunet,missformer", "--recipe", "nnunet",
+                 "--data", str(data), "--set", "image_size=32", "--set", "batch_size=4", "--set", "overlay_slices=0",
+                 "--set", "device=cpu", "--set", "num_threads=1", "--set", "preset=tiny", "--epochs", "1", "--quiet",
+                 "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [r["recipe"] for r in results["rows"]] == ["nnunet", "nnunet"]
+    report = (out / "report.md").read_text()
+    assert "one shared recipe for every side: nnunet" in report and "| basicunet | nnunet |" in report
