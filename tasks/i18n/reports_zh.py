@@ -36,7 +36,8 @@ HEADERS: dict[str, str] = {
 }
 CELLS: dict[str, str] = {
     "better": "更好", "worse": "更差", "no significant difference": "无显著差异", "baseline": "基线",
-    "full variant": "完整变体", "general": "通用", "task-specific": "特定于任务", "inconclusive": "无定论",
+    "full variant": "完整变体", "general": "通用", "task-specific": "特定于任务", "dataset-specific": "特定于数据集",
+    "inconclusive": "无定论",
     "no effect": "无效果", "not measured": "未测量", "yes": "是", "no": "否", "**yes**": "**是**",
     "replaced": "替换", "added": "新增", "removed": "移除", "same": "不变", "FLOPs only": "仅 FLOPs",
     "procedure, no modules": "训练过程，无模块",
@@ -208,26 +209,25 @@ _SENTENCES: list[tuple[str, str]] = [
     (r"^- Signs by task: (.+?) \((\d+) agree with the pooled sign\); by preset: (.+)\.$",
      r"- 各任务的符号：\1（\2 个与合并效应同号）；各预设：\3。"),
     (r"^- Scope: \*\*(.+?)\*\*: ", lambda m: f"- 适用范围：**{CELLS[m.group(1)]}**："),
-    (r"pooled (\S+) \[(\S+), (\S+)\]; significant with that sign in (\d+) of (\d+) tasks \((.+?)\)\.$",
-     r"合并 \1 [\2, \3]；在 \5 个任务中的 \4 个里以该符号显著（\6）。"),
-    (r"significant ([+-]) in (.+?); null or opposite in (.+?); the two groups differ by (\S+) \(p (\S+)\)\.$",
+    (r"pooled (\S+) \[(\S+), (\S+)\]; significant with that sign in (\d+) of (\d+) (task|dataset)s \((.+?)\)\.?$",
+     lambda m: f"合并 {m.group(1)} [{m.group(2)}, {m.group(3)}]；"
+               f"在 {m.group(5)} 个{_UNITS[m.group(6)]}中的 {m.group(4)} "
+               f"个里以该符号显著（{m.group(7)}）。"),
+    (r"significant ([+-]) in (.+?); null or opposite in (.+?); the two groups differ by (\S+) \(p (\S+)\)\.?$",
      r"在 \2 中显著为 \1；在 \3 中为零或相反；两组相差 \4（p \5）。"),
-    (r"no cell significant; pooled interval \[(\S+), (\S+)\] within ±(\S+)\.$",
+    (r"no cell significant; pooled interval \[(\S+), (\S+)\] within ±(\S+)\.?$",
      r"没有显著的单元；合并区间 [\1, \2] 落在 ±\3 以内。"),
     (r"(\d+) significant cell\(s\); pooled (\S+) \[(\S+), (\S+)\]; (?:about|more than) (\d+) seeds a side would give "
-     r"each cell (\S+) % power against ±(\S+)\.$",
+     r"each cell (\S+) % power against ±(\S+)\.?$",
      lambda m: f"{m.group(1)} 个显著单元；合并 {m.group(2)} [{m.group(3)}, {m.group(4)}]；每方"
                f"{'约 ' if ' about ' in m.group(0) else '超过 '}{m.group(5)} 个种子才能让每个单元对 ±{m.group(7)} "
                f"有 {m.group(6)} % 的检验功效。"),
     (r"the change reached (\d+) task\(s\) \((.+?)\); general against task-specific needs cells of at least (\d+) "
-     r"tasks\.$", r"改动只覆盖了 \1 个任务（\2）；要区分通用与特定于任务，至少需要 \3 个任务的单元。"),
+     r"tasks\.?$", r"改动只覆盖了 \1 个任务（\2）；要区分通用与特定于任务，至少需要 \3 个任务的单元。"),
     (r"^Each side of each cell trained once \(seed 0\) per rate; the best validation value of the task's main metric "
      r"chose \(the test split is not read by the choice\)\.$",
      "每个单元的每一方在每个学习率下训练一次（种子 0）；由任务主指标的最佳验证值来选（选择时不读测试划分）。"),
-    (r"^- (\S+) on (\S+): ", r"- \1 用于 \2："),
-    (r"an image classifier has no output vocabulary: its head maps to classes, and its tokens are projected patches, "
-     r"not rows of an embedding table it could share$",
-     "图像分类器没有输出词表：它的输出头映射到类别，它的 token 是投影后的图像块，而不是可以共享的嵌入表中的行"),
+    (r"^- (\S+) on (\S+): (.+)$", lambda m: f"- {m.group(1)} 用于 {m.group(2)}：{_why_not(m.group(3))}"),
     (r"^- Δ test-set: the change's side minus the classic side on the test examples, paired example by example over "
      r"the same seeds \(the test (`zoo compare`) reports\); p its two-sided p-value\.$",
      r"- Δ 测试集：改动一方减去经典一方在测试样本上的差，在相同的种子上逐样本配对（\1 报告的检验）；"
@@ -237,27 +237,19 @@ _SENTENCES: list[tuple[str, str]] = [
      "- 效应：每个种子的平均差，以一次基础运行的种子间 SD 为单位，SD 由噪声基底估计（经典一方与它自己换种子后的对比）；"
      "正值表示更好。"),
     # tasks.compare.meta.rule_text
-    (r"^- A cell is \*significant\* when its paired t test's p, Holm-corrected over all the study's cells, is below "
-     r"(\S+); a task's \*direction\* is the sign of its significant cells \(none, or both signs: no direction\)\. "
-     r"Effects are mean differences in units of one base run's seed-to-seed SD \(the noise floor\)\. \*\*general\*\*: "
-     r"the pooled random-effects (\S+) % interval excludes 0, more than half of the tasks have the pooled sign as "
-     r"their direction, every task's mean effect has that sign and no cell is significant the other way\. "
-     r"\*\*task-specific\*\*: not general, and every task the change was proposed on \(if none is declared: every "
-     r"task with a direction\) has the same direction, every other task has none or the opposite one, and the two "
-     r"groups' inverse-variance mean effects differ that way by a z test at (\S+)\. \*\*no effect\*\*: no cell is "
-     r"significant and the pooled interval lies within ±(\S+)\. \*\*inconclusive\*\*: anything else; it says how many "
-     r"seeds a side would give each cell's paired test (\S+) % power at Holm's strictest level \((\S+) / cells\) "
-     r"against an effect of the pooled size or ±(\S+), whichever is larger, at the observed variances\.$",
-     r"- 一个单元的配对 t 检验 p 值（在整个研究的所有单元上做 Holm 校正）低于 \1 时，该单元为*显著*；"
-     r"一个任务的*方向*是它"
-     r"显著单元的符号（没有显著单元或两种符号都有："
-     r"无方向）。效应是以一次基础运行的种子间 SD（噪声基底）为单位的平均差。"
-     r"**通用**：随机效应合并的 \2 % 区间不含 0，超过一半的任务以合并符号为方向，每个任务的平均效应都是该符号，且没有"
-     r"单元在相反方向上显著。**特定于任务**：不是通用，且提出该改动的每个任务（若未声明：每个有方向的任务）方向相同，"
-     r"其他任务没有方向或方向相反，并且两组的逆方差加权平均效应在 \3 水平的 z 检验下按该方向不同。**无效果**：没有显著"
-     r"单元，且合并区间落在 ±\4 以内。**无定论**：其他一切情况；它会说明每方需要多少个种子，才能让每个单元的配对检验"
-     r"在 Holm 最严格的水平（\6 / 单元数）下，对合并效应大小或 ±\7（取较大者）的效应达到 \5 % 的功效，"
-     r"按观测到的方差计。"),
+    (r"(?:^- |^The scope's rule, across datasets: )?A cell is \*significant\* when its paired t test's p, "
+     r"Holm-corrected over all the study's cells, is below (\S+); a (task|dataset)'s \*direction\* is the sign "
+     r"of its significant cells \(none, or both signs: no direction\)\. Effects are mean differences in units of "
+     r"one base run's seed-to-seed SD \(the noise floor\)\. \*\*general\*\*: the pooled random-effects (\S+) % "
+     r"interval excludes 0, more than half of the \2s have the pooled sign as their direction, every \2's mean "
+     r"effect has that sign and no cell is significant the other way\. \*\*\2-specific\*\*: not general, and "
+     r"every \2 the change was proposed on \(if none is declared: every \2 with a direction\) has the same "
+     r"direction, every other \2 has none or the opposite one, and the two groups' inverse-variance mean effects "
+     r"differ that way by a z test at (\S+)\. \*\*no effect\*\*: no cell is significant and the pooled interval "
+     r"lies within ±(\S+)\. \*\*inconclusive\*\*: anything else; it says how many seeds a side would give each "
+     r"cell's paired test (\S+) % power at Holm's strictest level \((\S+) / cells\) against an effect of the "
+     r"pooled size or ±(\S+), whichever is larger, at the observed variances\.$",
+     lambda m: _rule(m.group(0), *m.groups())),
     (r"^- (\d+) run\(s\), (\S+) s of training, (\S+) s of run wall time; the study took (\S+) s end to end \(runs "
      r"reused from an earlier invocation cost it nothing\)\.$",
      r"- \1 次运行，训练 \2 秒，运行墙钟时间 \3 秒；整个研究从头到尾用了 \4 秒（复用先前调用的运行不计代价）。"),
@@ -310,6 +302,7 @@ _SENTENCES: list[tuple[str, str]] = [
      r" = 一个训练步中为反向传播保存的张量字节数。"),
     (r"(?<=[\u4e00-\u9fff）])\.$", "。"),  # a sentence the rules above turned Chinese ends as Chinese does
 ]
+_UNITS = {"task": "任务", "dataset": "数据集"}
 _SIDES = {"classic": "经典", "variant": "变体"}
 
 
@@ -325,6 +318,33 @@ def _apply(rules: list[tuple[re.Pattern[str], object]], text: str) -> str:
     for pattern, replacement in rules:
         text = pattern.sub(replacement, text)
     return text
+
+
+def _rule(line: str, alpha: str, unit: str, level: str, z_alpha: str, margin: str, power: str, holm: str,
+          larger: str) -> str:
+    """The measured-scope rule (:func:`tasks.compare.meta.rule_text`) across tasks or datasets, in Chinese."""
+    g = _UNITS[unit]
+    lead = "- " if line.startswith("- ") else "跨数据集的适用范围规则：" if line.startswith("The scope") else ""
+    return (f"{lead}一个单元的配对 t 检验 p 值（在整个研究的所有单元上做 Holm 校正）低于 {alpha} 时，该单元为*显著*；"
+            f"一个{g}的*方向*是它显著单元的符号（没有显著单元或两种符号都有：无方向）。效应是以一次基础运行的种子间 SD"
+            f"（噪声基底）为单位的平均差。**通用**：随机效应合并的 {level} % 区间不含 0，"
+            f"超过一半的{g}以合并符号为方向，"
+            f"每个{g}的平均效应都是该符号，且没有单元在相反方向上显著。**特定于{g}**：不是通用，且提出该改动的每个{g}"
+            f"（若未声明：每个有方向的{g}）方向相同，其他{g}没有方向或方向相反，"
+            f"并且两组的逆方差加权平均效应在 {z_alpha} "
+            f"水平的 z 检验下按该方向不同。**无效果**：没有显著单元，且合并区间落在 ±{margin} 以内。**无定论**："
+            "其他一切"
+            f"情况；它会说明每方需要多少个种子，才能让每个单元的配对检验在 Holm 最严格的水平（{holm} / 单元数）下，"
+            "对合并"
+            f"效应大小或 ±{larger}（取较大者）的效应达到 {power} % 的功效，按观测到的方差计。")
+
+
+def _why_not(reason: str) -> str:
+    """A study's "Not applied" reason in Chinese (:func:`tasks.i18n.variants_zh.why_not_text`); a config's own refusal,
+    which no table can know in advance, as it is."""
+    from tasks.i18n.variants_zh import WHY_NOT
+
+    return WHY_NOT.get(reason, reason)
 
 
 def numbers(text: str) -> list[str]:

@@ -339,6 +339,37 @@ NO_REVERT: dict[str, dict[str, str]] = {
 }
 
 
+# Why a travelling change cannot apply to a model (zoo.changes: TravellingChange.why_not; ``zoo changes``' model
+# columns, a study's "Not applied"). These reasons have no names of their own, so they are keyed by their English;
+# stale() lists an entry no catalogue entry gives any more, and untranslated() a reason without one.
+WHY_NOT: dict[str, str] = {
+    "Swin's blocks build the two-matrix core PositionwiseFFN directly, which has no third matrix for a gate":
+        "Swin 的块直接构建两矩阵的核心 PositionwiseFFN，没有给门控用的第三个矩阵",
+    "Swin's blocks build the two-matrix core PositionwiseFFN directly (no ffn field), so no other FFN type can be "
+    "swapped in": "Swin 的块直接构建两矩阵的核心 PositionwiseFFN（没有 ffn 字段），换不进其他前馈网络类型",
+    "its tokens are linear projections of patches, not rows of an embedding table, and it has no √d_model scale to "
+    "remove": "它的 token 是图像块的线性投影，而不是嵌入表中的行，也没有可以去掉的 √d_model 缩放",
+    "an image classifier has no output vocabulary: its head maps to classes, and its tokens are projected patches, "
+    "not rows of an embedding table it could share":
+        "图像分类器没有输出词表：它的输出头映射到类别，它的 token 是投影后的图像块，而不是一张可以共享的嵌入表中的行",
+    "a decoder-only model has one vocabulary and one embedding table: there is no second one to share":
+        "只有解码器的模型只有一个词表和一张嵌入表：没有第二张可以共享",
+    "Swin's positions are its relative bias table inside each window, or sinusoids (SwinConfig.position: relative, "
+    "sinusoidal); the core's 1-D schemes are not wired into its window attention":
+        "Swin 的位置信息是每个窗口内的相对偏置表，或正余弦位置编码（SwinConfig.position: relative, sinusoidal）；"
+        "核心的 1-D 方案没有接入它的窗口注意力",
+    "ViT adds absolute positions over the patch grid and [CLS] (ViTConfig.position: learned or sinusoidal); the "
+    "core's relative schemes and 'none' are 1-D distances along a sequence, which its encoder does not wire in for a "
+    "2-D grid": "ViT 在图像块网格和 [CLS] 上加绝对位置（ViTConfig.position: learned 或 sinusoidal）；核心的相对方案和 "
+                "'none' 是沿序列的 1-D 距离，它的编码器没有为 2-D 网格接入它们",
+    "Swin's window attention hands each window to a softmax kernel with the relative position bias added to the "
+    "scores; a kernel without scores cannot take that bias":
+        "Swin 的窗口注意力把每个窗口交给一个 softmax 核，并把相对位置偏置加到分数上；不计算分数的核接收不了这个偏置",
+    "Swin's blocks and patch merging build their LayerNorms themselves (timm's layout), with no choice of norm":
+        "Swin 的块和图像块合并自己构建层归一化（timm 的布局），无法选择归一化方式",
+}
+
+
 def _registration(variant: str | Variant, task: str | None) -> Variant:
     from zoo.registry import Variant, get_variant
 
@@ -462,6 +493,24 @@ def travelling_text(entry: str | TravellingChange, lang: str) -> tuple[str, str,
                    "tasks/i18n/variants_zh.py TRAVELLING has no entry for it")
 
 
+def _reasons() -> set[str]:
+    """Every reason the catalogue's travelling changes give for a model of zoo.changes.MODELS they cannot apply to."""
+    from zoo.changes import MODELS, catalogue
+    from zoo.registry import get_variant
+
+    classes = [get_variant(*where).config_class for where in MODELS.values()]
+    return {reason for entry in catalogue().values() for cls in classes if (reason := entry.why_not(cls))}
+
+
+def why_not_text(reason: str, lang: str) -> str:
+    """Why a travelling change cannot apply to a model (:meth:`zoo.changes.TravellingChange.why_not`) in ``lang``."""
+    if check_lang(lang) == "en":
+        return reason
+    if reason not in WHY_NOT:
+        raise KeyError(f"no Chinese text for the reason {reason!r}; add it to tasks/i18n/variants_zh.py WHY_NOT")
+    return WHY_NOT[reason]
+
+
 def untranslated() -> list[str]:
     """What has no Chinese text yet: each registered variant without a summary, each declared change and each
     travelling change without a story (``"variant"``, ``"variant: change"``, ``"travelling change: name"``)."""
@@ -492,6 +541,7 @@ def untranslated() -> list[str]:
             travelling_text(entry, "zh")
         except KeyError:
             missing.append(f"travelling change: {entry.name}")
+    missing += [f"why not: {reason}" for reason in sorted(_reasons() - set(WHY_NOT))]
     return list(dict.fromkeys(missing))
 
 
@@ -523,4 +573,5 @@ def stale() -> list[str]:
                     found.append(f"NO_REVERT[{name!r}][{change!r}]")
     entries = catalogue()
     found += [f"TRAVELLING[{n!r}]" for n in TRAVELLING if n not in entries or entries[n].registered]
+    found += [f"WHY_NOT[{reason!r}]" for reason in WHY_NOT if reason not in _reasons()]
     return found

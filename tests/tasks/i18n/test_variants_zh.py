@@ -44,7 +44,7 @@ def _pairs():
             pairs += [(e, c) for e, c in zip(*sections, strict=True) if e]  # its reach and why not reverted too
     for name in catalogue():
         pairs += zip(travelling_text(name, "en"), travelling_text(name, "zh"))
-    return pairs
+    return pairs + list(variants_zh.WHY_NOT.items())
 
 
 def test_every_variant_change_and_travelling_change_has_chinese_text_and_no_entry_is_stale():
