@@ -12,6 +12,8 @@ from typing import Any
 
 from plumbing.atomic import write_text_atomic
 from plumbing.errors import unknown_name
+from tasks.i18n import check_lang
+from tasks.i18n.article import section
 
 
 @dataclass(frozen=True)
@@ -167,14 +169,12 @@ def lesson_markdown(lesson: Lesson, result: LessonResult, lang: str, command: st
     """``lesson.md`` (``lang`` "en") or ``lesson.zh.md`` ("zh") of ``result``: title, question, verdict, body,
     figures and the command that reproduces it. The one writer of both, so the two cannot drift; the Chinese page
     also names the article's sections the lesson measures (by number and title)."""
-    words = _WORDS[_check_lang(lang)]
+    words = _WORDS[check_lang(lang)]
     zh = lang == "zh"
     verdict, body = (result.verdict_zh, result.body_zh) if zh else (result.verdict, result.body)
     lines = [words["title"].format(title=lesson.title_zh if zh else lesson.title), "",
              words["part"].format(part=lesson.part, question=lesson.question_zh if zh else lesson.question), ""]
     if zh and lesson.sections:
-        from tasks.i18n.article import section
-
         named = "；".join(f"§{number} {section(number).zh}" for number in lesson.sections)
         lines += [words["sections"].format(sections=named), ""]
     lines += [words["verdict"], "", *(f"> {line}  " for line in verdict), "",
@@ -184,12 +184,6 @@ def lesson_markdown(lesson: Lesson, result: LessonResult, lang: str, command: st
     lines += [f"![{figure}]({figure})" for figure in result.figures]
     lines += ["", words["reproduce"].format(command=command, seconds=seconds), ""]
     return "\n".join(lines)
-
-
-def _check_lang(lang: str) -> str:
-    from tasks.i18n import check_lang
-
-    return check_lang(lang)
 
 
 def run_lesson(name: str, settings: LabSettings) -> LessonResult:
@@ -203,7 +197,8 @@ def run_lesson(name: str, settings: LabSettings) -> LessonResult:
     for field_name in ("verdict", "verdict_zh"):
         lines = getattr(result, field_name)
         if len(lines) != 2:
-            raise ValueError(f"lesson {name!r} must give a two-line {field_name}, got {len(lines)} lines")
+            raise ValueError(f"lesson {name!r} must give a two-line {field_name}, got {len(lines)} lines: set "
+                             f"LessonResult.{field_name} (the Chinese one from the same numbers as the English)")
     command = f"zoo lab {name}{' --quick' if settings.quick else ''} --seed {settings.seed}"
     for lang, file_name in (("en", "lesson.md"), ("zh", "lesson.zh.md")):
         write_text_atomic(settings.out / file_name, lesson_markdown(lesson, result, lang, command, seconds))

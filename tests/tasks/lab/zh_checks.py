@@ -10,8 +10,9 @@ from tasks.i18n.glossary import check_terms
 from tasks.lab import LessonResult, get_lesson
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
-# a number as the verdicts print it: 0.93, 1e-3, 45 (of 45%), 1,024; the sign is left out (−∞ vs -inf spellings)
-NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+# a number as the verdicts print it: 0.93, 1e-3, 45 (of 45%), 16,384 (not the "0," of "seed 0, 300 steps": Chinese
+# text ends that clause with "，"); the sign is left out (a +5% gap and −∞ are written the same in both languages)
+NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def numbers(text: str) -> list[str]:
