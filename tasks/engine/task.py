@@ -53,7 +53,7 @@ class Task:
 
     @classmethod
     def score_folders(cls, pred: str, labels: str, dataset_json: str | None, chill: bool,
-                      out: str | None) -> list[str]:
+                      out: str | None, nsd_tolerance: float | None = None) -> list[str]:
         """``zoo evaluate TASK --pred DIR --labels DIR``: score two folders of predictions without a run; the
         summary lines. Only tasks whose predictions are files offer it."""
         raise ValueError(f"task {cls.name!r} does not score folders of predictions; give a run folder: "

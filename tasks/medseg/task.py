@@ -135,12 +135,12 @@ class MedsegTask(Task):
 
     @classmethod
     def score_folders(cls, pred: str, labels: str, dataset_json: str | None, chill: bool,
-                      out: str | None) -> list[str]:
+                      out: str | None, nsd_tolerance: float | None = None) -> list[str]:
         """Two folders of NIfTI label maps, scored as nnU-Net's evaluation does
         (:mod:`tasks.medseg.evaluation.folder_eval`)."""
         from tasks.medseg.evaluation.folder_eval import score_folders
 
-        _, out_dir, lines = score_folders(pred, labels, dataset_json, out, chill=chill)
+        _, out_dir, lines = score_folders(pred, labels, dataset_json, out, chill=chill, nsd_tolerance=nsd_tolerance)
         return [*lines, f"outputs in {out_dir}/ (summary.json: nnU-Net's; metrics.json: both HD95 conventions)"]
 
     @classmethod
