@@ -61,6 +61,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if not args.scale > 0:
         raise ValueError(f"--scale must be > 0 (a fraction of the budgets, e.g. 0.1), got {args.scale}")
+    if args.notebook is not None and args.exercise:
+        raise ValueError("--notebook writes the lesson and --exercise its mistake for you to fix: give one of them")
     if args.notebook is not None:
         return _notebooks(names, Path(args.notebook), lang, args)
     if args.exercise:

@@ -45,6 +45,7 @@ def test_all_writes_one_notebook_per_lesson_into_a_folder(tmp_path, capsys):
     (["lab", "mask", "--lang", "de", "--quick"], ("unknown language 'de'",)),
     (["lab", "mask", "--notebook", "x.txt"], ("ends in .ipynb", "mask.ipynb")),
     (["lab", "mask", "--quick", "--scale", "0"], ("--scale must be > 0", "got 0.0")),
+    (["lab", "mask", "--notebook", "x.ipynb", "--exercise"], ("give one of them",)),
     (["lab", "--check", "no-such-folder"], ("no-such-folder", "does not exist", "zoo lab NAME --exercise")),
 ])
 def test_bad_input_gets_one_line(tmp_path, monkeypatch, capsys, args, needles):
