@@ -139,8 +139,7 @@ def write_notebook(name: str, out: Path, lang: str = "en", quick: bool = True, s
     check_bool("quick", quick)
     check_int("seed", seed, low=0)
     check_number("scale", scale, low=0.0, low_open=True)
-    module_file = importlib.import_module(lesson.module).__name__.replace(".", "/") + ".py"
-    fmt = {"name": name, "file": module_file}
+    fmt = {"name": name, "file": lesson.module.replace(".", "/") + ".py"}
     v4 = nbformat.v4
     head = [words["title"].format(title=lesson.title_zh if zh else lesson.title), "",
             words["part"].format(part=lesson.part)]

@@ -49,6 +49,7 @@ def test_notebook_is_valid_and_written_from_the_lessons_code(tmp_path):
     # the mistake is the module's source as it is now, not a copy that could drift
     assert inspect.getsource(ZeroFilledMaskAttention).strip() in text
     assert inspect.getsource(use_zero_fill).strip() in text
+    assert "`tasks/lab/mask.py`" in text and (ROOT / "tasks" / "lab" / "mask.py").is_file()
     parameters = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1
     assert {"quick = True", "seed = 3", "scale = 0.5", "threads = 1", "lang = 'en'"} <= set(
