@@ -14,9 +14,10 @@ the attention entropy of a fresh model. A lesson whose subject is a setting or a
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import json
 import math
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,10 @@ class Measure:
     tolerance: float
 
 
+def _same(thing: Any) -> Any:
+    return thing
+
+
 @dataclass(frozen=True)
 class Exercise:
     """A lesson's exercise.
@@ -59,6 +64,7 @@ class Exercise:
         fix: (the mistaken line, its correction), stripped of indentation: used by the tests only, which apply it
             to show that the check passes a fixed file. Never shown to the learner.
         observe: what EXERCISE.md tells the learner to look at, per language.
+        adapt: turns the learner's ``symbol`` into the form ``measure`` takes (the identity unless they differ).
     """
 
     lesson: str
@@ -70,6 +76,7 @@ class Exercise:
     measures: tuple[Measure, ...]
     fix: tuple[str, str]
     observe: dict[str, str]
+    adapt: Callable[[Any], Any] = _same
 
 
 @dataclass
@@ -202,6 +209,46 @@ def _init_measure(init: Callable[[Any], Any], seed: int) -> list[float]:
     return [float(qkv.std()), sum(map(entropy, rows)) / len(rows), sum(map(saturation, rows)) / len(rows)]
 
 
+DEPTH = 6  # layers per stack of the norm exercise: Post-LN's gradient ratio is already ~4× Pre-LN's
+
+
+def _deep_model(norm_first: bool, seed: int) -> Any:
+    """The lesson's narrow model (:data:`tasks.lab.norm.WIDTH`) at depth :data:`DEPTH` + :data:`DEPTH`."""
+    from core.model import build_transformer
+    from tasks.lab.norm import WIDTH
+
+    torch.manual_seed(seed)
+    return build_transformer("tiny", **WIDTH, encoder_layers=DEPTH, decoder_layers=DEPTH, norm_first=norm_first)
+
+
+def _with_residual(residual_class: type) -> Callable[[int], Any]:
+    """A builder of the Pre-LN model (final norms included) whose every layer calls ``residual_class.residual``."""
+    def build(seed: int) -> Any:
+        model = _deep_model(True, seed)
+        for layer in [*model.encoder.layers, *model.decoder.layers]:
+            layer.residual = types.MethodType(residual_class.residual, layer)
+        return model
+
+    return build
+
+
+def _norm_measure(build: Callable[[int], Any], seed: int) -> list[float]:
+    """Gradient norm of the last decoder layer over the first at initialisation on one batch, and
+    the drift of the model's outputs from the core's Pre-LN model of the same weights."""
+    import torch.nn.functional as F
+
+    from tasks.lab.norm import layer_grad_norms
+
+    model = build(seed)
+    src, tgt = torch.randint(4, 64, (2, 8, 10), generator=torch.Generator().manual_seed(seed))  # (B, N) each
+    logits = model(src, tgt)  # (B, N, V)
+    F.cross_entropy(logits.flatten(0, 1), tgt.flatten()).backward()  # the next-token shift is not needed here
+    grads = layer_grad_norms(model)  # encoder layers 1…DEPTH, then decoder layers 1…DEPTH
+    with torch.no_grad():
+        reference = _deep_model(True, seed)(src, tgt)
+    return [grads[-1] / grads[DEPTH], float((logits.detach() - reference).abs().max() / reference.abs().max())]
+
+
 def _lab(module: str, name: str) -> Any:
     import importlib
 
@@ -218,6 +265,19 @@ def _sinusoidal(d_model: int, length: int) -> Any:
     from core.position import SinusoidalPosition
 
     return SinusoidalPosition(d_model, initial_length=length)
+
+
+def _post_ln() -> Callable[[int], Any]:
+    """The lesson's mistake in the exercise's model: the core's Post-LN placement (``norm_first`` off in every
+    layer) with the stacks' final norms kept, so that the placement is the one difference from the correct model."""
+
+    def build(seed: int) -> Any:
+        model = _deep_model(True, seed)
+        for layer in [*model.encoder.layers, *model.decoder.layers]:
+            layer.norm_first = False
+        return model
+
+    return build
 
 
 def _qkv_std_1() -> Callable[[Any], Any]:
@@ -286,11 +346,25 @@ EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
                "(Xavier) keeps the rows spread; the tolerances admit any fan-in-aware scale, e.g. N(0, 0.02²)",
          "zh": "新建模型的注意力熵和饱和行的比例：核心的初始化（Xavier）让各行保持分散；容差允许任何考虑了扇入的"
                "尺度，例如 N(0, 0.02²)"}),
+    Exercise(
+        "norm", "residual.py", "Residual", lambda: functools.partial(_deep_model, True), _post_ln,
+        _norm_measure,
+        (Measure(f"gradient norm at initialisation, last decoder layer / first (depth {DEPTH})",
+                 f"初始化时梯度范数之比，解码器最后一层 / 第一层（深度 {DEPTH}）", 0.4),
+         Measure("max |logits − the core's Pre-LN model's| (relative, same weights)",
+                 "与核心 Pre-LN 模型（相同权重）输出的最大相对差", 1e-5)),
+        ("return norm(x + self.drop_path(self.dropout(sublayer(x))))  # (B, N, D)",
+         "return x + self.drop_path(self.dropout(sublayer(norm(x))))  # (B, N, D)"),
+        {"en": f"the gradients of a fresh {DEPTH} + {DEPTH}-layer model, layer by layer: when those near the output "
+               "are several times those near the input, a high learning rate without warm-up throws the top layers "
+               "off; the placement of the layer normalisation decides it (the lesson norm trains both)",
+         "zh": f"新建的 {DEPTH} + {DEPTH} 层模型逐层的梯度：靠近输出的层的梯度是靠近输入的层的好几倍时，不加预热的"
+               "大学习率会把顶层带偏；这取决于层归一化放在哪里（实验课 norm 把两种都训练了一遍）"},
+        _with_residual),
 )}
 
 # Lessons whose subject is a setting or a measurement, not a piece of code with a mistake in it.
 NO_EXERCISE = {
-    "norm": "the placement is the core's own switch (TransformerConfig.norm_first), a setting, not code to fix",
     "warmup": "the schedule is a setting (a warm-up length), not code to fix",
     "temperature": "it measures decoding settings", "sampling": "it measures decoding settings",
     "params": "it is a measurement (parameter accounting)", "small-data": "it measures data sizes",
@@ -409,10 +483,12 @@ def load_learner(folder: Path, symbol: str) -> Any:
     path = folder / "exercise.py"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; write the exercise again with zoo lab NAME --exercise")
-    spec = importlib.util.spec_from_file_location(f"zoo_lab_exercise_{abs(hash(path.resolve()))}", path)
-    module = importlib.util.module_from_spec(spec)
+    # Compiled from its text, not through the import system: a cached .pyc keyed on the file's mtime and size would
+    # hide an edit that keeps both (a sin/cos swap made within the second), and the learner's folder stays clean.
+    module = types.ModuleType(f"zoo_lab_exercise_{path.parent.name}")
+    module.__file__ = str(path)
     try:
-        spec.loader.exec_module(module)
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)
     except SyntaxError as error:
         raise ValueError(f"{path}, line {error.lineno}: syntax error ({error.msg}); fix it and check again") from None
     except Exception as error:  # the learner's code may raise anything at import
@@ -441,7 +517,7 @@ def check_exercise(folder: Path, seed: int = 0) -> ExerciseCheck:
     path = folder / "exercise.py"
     learner = load_learner(folder, exercise.symbol)
     try:
-        yours = exercise.measure(learner, seed)
+        yours = exercise.measure(exercise.adapt(learner), seed)
     except Exception as error:  # the learner's code runs inside the measurement
         raise ValueError(f"{path}: {exercise.symbol} failed in the measurement: {type(error).__name__}: "
                          f"{error}") from None

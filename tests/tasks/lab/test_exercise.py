@@ -1,6 +1,8 @@
 """Exercises: the untouched file holds the lesson's mistake and is not fixed, the one-line fix passes, broken files and
 unknown lessons get one-line errors naming what is wrong, and the Chinese text uses the glossary's terms."""
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,21 @@ def test_the_one_line_fix_is_reported_fixed(tmp_path, name):
     assert check.message.startswith("Fixed")
     for measure, (_, yours, correct, _) in zip(get_exercise(name).measures, check.evidence):
         assert abs(yours - correct) <= measure.tolerance
+
+
+def test_an_edit_that_keeps_the_files_size_and_time_is_measured(tmp_path, monkeypatch):
+    # Swapping sin and cos back keeps the file's size, and an edit can land within the second of the last check: an
+    # import through a bytecode cache (keyed on both) would measure the old code again.
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    folder = write_exercise("position", tmp_path)
+    path = folder / "exercise.py"
+    before = path.stat()
+    assert not check_exercise(folder).fixed
+    _edit(folder, *get_exercise("position").fix)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert check_exercise(folder).fixed
+    assert not (folder / "__pycache__").exists()  # the learner's folder holds only what was written and edited
 
 
 def test_another_correct_fix_passes_too(tmp_path):
