@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+_NUM = r"([+-]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"  # one number of a sentence, as a group
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[-+]?\d+)?")
 
 # --- table cells: a header row's cells and a body's cells, whole-cell words first, then rules inside a cell ------
@@ -62,6 +63,8 @@ _CELL_RULES: list[tuple[str, str]] = [
      lambda m: f"↳ {m.group(1)}，尺寸由 {m.group(2)} 决定" + (f"（{m.group(3)}）" if m.group(3) else "")),
     (r" \((sizes|also here|token count|undeclared!)\)", lambda m: f"（{_KINDS[m.group(1)]}）"),
     (r" \(lower\)$", "（越低越好）"),
+    (r"^needs (--seeds \d+) or more: the noise floor is baseline vs baseline with another seed \(got (\d+)\)$",
+     r"需要 \1 或更多：噪声基底要用基线与换了种子的基线相比（现有 \2 个）"),  # tasks.compare.folds.across_datasets
 ]
 _KINDS = {"sizes": "尺寸", "also here": "此处也有", "token count": "token 数", "undeclared!": "未声明！"}
 _REGIMES = {"shared": "共用", "tuned": "调参后"}
@@ -199,6 +202,13 @@ _SENTENCES: list[tuple[str, str]] = [
      "请把器官的 HD95 结论和它的 Dice 一起看。"),
     (r"^Per case, each variant against the reference \(one point per case; above the diagonal: the variant scores "
      r"higher\):$", "逐病例，每个变体对比参照方（每个病例一个点；在对角线上方表示该变体得分更高）："),
+    (r"^Each variant against the baseline on (.+?), one cell per dataset: the per-case differences \(seed-averaged, "
+     r"positive = better\) standardised by the baseline's seed-to-seed SD per case \(its seeds paired two by two\), "
+     r"pooled by a random-effects meta-analysis \((`zoo study`)'s statistics, tasks\.compare\.meta; intervals at "
+     r"(\S+) %\)\.$",
+     r"每个变体在 \1 上与基线对比，每个数据集一个单元：逐病例的差（在种子间平均，正值表示更好）除以基线在每个病例上的"
+     r"种子间 SD（它的种子两两配对）进行标准化，再用随机效应元分析合并（\2 的统计方法，tasks.compare.meta；"
+     r"区间为 \3 %）。"),
     (r"^Details: (\[[^]]+\]\([^)]+\))$", r"详情：\1"),
     # tasks.study.report
     (r"^Cells: (\d+) \((.+?)\); (\d+) seeds a side and (\d+) more of the classic side for the noise floor; budgets: "
@@ -209,21 +219,25 @@ _SENTENCES: list[tuple[str, str]] = [
     (r"^- Signs by task: (.+?) \((\d+) agree with the pooled sign\); by preset: (.+)\.$",
      r"- 各任务的符号：\1（\2 个与合并效应同号）；各预设：\3。"),
     (r"^- Scope: \*\*(.+?)\*\*: ", lambda m: f"- 适用范围：**{CELLS[m.group(1)]}**："),
-    (r"pooled (\S+) \[(\S+), (\S+)\]; significant with that sign in (\d+) of (\d+) (task|dataset)s \((.+?)\)\.?$",
-     lambda m: f"合并 {m.group(1)} [{m.group(2)}, {m.group(3)}]；"
-               f"在 {m.group(5)} 个{_UNITS[m.group(6)]}中的 {m.group(4)} "
-               f"个里以该符号显著（{m.group(7)}）。"),
-    (r"significant ([+-]) in (.+?); null or opposite in (.+?); the two groups differ by (\S+) \(p (\S+)\)\.?$",
-     r"在 \2 中显著为 \1；在 \3 中为零或相反；两组相差 \4（p \5）。"),
-    (r"no cell significant; pooled interval \[(\S+), (\S+)\] within ±(\S+)\.?$",
-     r"没有显著的单元；合并区间 [\1, \2] 落在 ±\3 以内。"),
-    (r"(\d+) significant cell\(s\); pooled (\S+) \[(\S+), (\S+)\]; (?:about|more than) (\d+) seeds a side would give "
-     r"each cell (\S+) % power against ±(\S+)\.?$",
+    # tasks.compare.meta.measured_scope's reasons, in a study's "Scope" line and a cross-dataset line; the sentence's
+    # full stop is left to the rule that ends a Chinese sentence, or to the sentence that follows (Signs by dataset)
+    (r"\. Signs by dataset: (.+?) \((\d+) of (\d+) agree with the pooled sign\)\.$",
+     r"。各数据集的符号：\1（\3 个中有 \2 个与合并效应同号）。"),
+    (r"^- (\S+): \*\*(.+?)\*\* across datasets: ", lambda m: f"- {m.group(1)}：跨数据集为 **{CELLS[m.group(2)]}**："),
+    (rf"pooled {_NUM} \[{_NUM}, {_NUM}\]; significant with that sign in (\d+) of (\d+) (task|dataset)s \((.+?)\)",
+     lambda m: f"合并 {m.group(1)} [{m.group(2)}, {m.group(3)}]；在 {m.group(5)} 个{_UNITS[m.group(6)]}中的 "
+               f"{m.group(4)} 个里以该符号显著（{m.group(7)}）"),
+    (rf"significant ([+-]) in (.+?); null or opposite in (.+?); the two groups differ by {_NUM} \(p {_NUM}\)",
+     r"在 \2 中显著为 \1；在 \3 中为零或相反；两组相差 \4（p \5）"),
+    (rf"no cell significant; pooled interval \[{_NUM}, {_NUM}\] within ±{_NUM}",
+     r"没有显著的单元；合并区间 [\1, \2] 落在 ±\3 以内"),
+    (rf"(\d+) significant cell\(s\); pooled {_NUM} \[{_NUM}, {_NUM}\]; (about|more than) (\d+) seeds a side would "
+     rf"give each cell {_NUM} % power against ±{_NUM}",
      lambda m: f"{m.group(1)} 个显著单元；合并 {m.group(2)} [{m.group(3)}, {m.group(4)}]；每方"
-               f"{'约 ' if ' about ' in m.group(0) else '超过 '}{m.group(5)} 个种子才能让每个单元对 ±{m.group(7)} "
-               f"有 {m.group(6)} % 的检验功效。"),
+               f"{'约' if m.group(5) == 'about' else '超过'} {m.group(6)} 个种子才能让每个单元对 ±{m.group(8)} "
+               f"有 {m.group(7)} % 的检验功效"),
     (r"the change reached (\d+) task\(s\) \((.+?)\); general against task-specific needs cells of at least (\d+) "
-     r"tasks\.?$", r"改动只覆盖了 \1 个任务（\2）；要区分通用与特定于任务，至少需要 \3 个任务的单元。"),
+     r"tasks", r"改动只覆盖了 \1 个任务（\2）；要区分通用与特定于任务，至少需要 \3 个任务的单元"),
     (r"^Each side of each cell trained once \(seed 0\) per rate; the best validation value of the task's main metric "
      r"chose \(the test split is not read by the choice\)\.$",
      "每个单元的每一方在每个学习率下训练一次（种子 0）；由任务主指标的最佳验证值来选（选择时不读测试划分）。"),

@@ -18,7 +18,9 @@ import pytest
 
 import tasks.runs.run
 from tasks.compare import sweep
+from tasks.compare.folds import across_datasets, fold_scores, report_lines
 from tasks.compare.meta import Cell
+from tasks.compare.paired import task_metrics
 from tasks.compare.run_results import RunResult
 from tasks.engine.registry import task_shape
 from tasks.i18n.glossary import check_terms
@@ -58,21 +60,53 @@ def _run(root: Path, label: str, seed: int, shift: float, recipe: str, rng: np.r
     return RunResult(folder, folder, info, training, {"test": (records, "sha256:" + "1" * 64)})
 
 
-def _comparison(root: Path, kind: str, seeds: int, recipes: dict[str, str]) -> str:
-    """``report.md`` of :func:`tasks.compare.sweep.build_comparison` on planted runs: unetr clearly worse than the
-    dynunet reference, missformer within noise. The cost of a run (which loads its model) is planted too."""
+def _groups(root: Path, seeds: int, recipes: dict[str, str], offset: float = 0.0) -> dict[str, list[RunResult]]:
+    """Planted runs: unetr clearly worse than the dynunet reference, missformer within noise."""
     rng = np.random.default_rng(0)
     shifts = {"dynunet": 0.0, "unetr": -0.2, "missformer": 0.005}
-    groups = {label: [_run(root / kind, label, s, shift, recipes[label], rng) for s in range(seeds)]
-              for label, shift in shifts.items()}
+    return {label: [_run(root, label, s, shift + offset, recipes[label], rng) for s in range(seeds)]
+            for label, shift in shifts.items()}
+
+
+def _build(groups: dict[str, list[RunResult]], out: Path, **options) -> dict:
+    """:func:`tasks.compare.sweep.build_comparison` of planted runs; a run's cost (which loads its model) is planted."""
     cost = {"parts changed": "attention, stacking", "params": 1000, "GFLOPs": 1.5, "steps": 40.0,
             "train_TFLOPs": None, "items/s": 12.5, "wall s": 30.0, "peak MiB": 512.0}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sweep, "_cost", lambda *args: cost)
         patch.setattr(sweep, "_run_undeclared", lambda *args: [])
         patch.setattr(tasks.runs.run, "load_run", lambda path: SimpleNamespace(task=SimpleNamespace(variant=None)))
-        sweep.build_comparison("medseg", groups, "dynunet", root / kind / "out", kind=kind)
+        return sweep.build_comparison("medseg", groups, "dynunet", out, **options)
+
+
+def _comparison(root: Path, kind: str, seeds: int, recipes: dict[str, str]) -> str:
+    """``report.md`` of a comparison (``kind`` compare) or an ablation (ablate) of planted runs."""
+    _build(_groups(root / kind, seeds, recipes), root / kind / "out", kind=kind)
     return (root / kind / "out" / "report.md").read_text()
+
+
+def _folds(root: Path) -> str:
+    """``report.md`` of a cross-validation on two datasets (:func:`tasks.compare.folds.report_lines`): each dataset's
+    comparison of its pooled folds (each run's mean over folds beside), then the statistics across the datasets, and a
+    one-seed comparison that cannot have them."""
+    recipes = dict.fromkeys(("dynunet", "unetr", "missformer"), "default")
+    pooled = {name: _groups(root / name, 2, recipes, offset) for name, offset in (("alpha", 0.0), ("beta", 0.01))}
+    metrics = task_metrics("medseg", pooled["alpha"]["dynunet"][0].info, {"test"})
+    comparisons = {}
+    for name, groups in pooled.items():
+        extra = {label: {"over_folds": {m.key: fold_scores(m, [[r] for r in runs]) for m in metrics
+                                        if m.role != "per-class"}} for label, runs in groups.items()}
+        # the sentence compare_folds writes (it trains, so it is not called here): what the cases are
+        scored_on = (f"the 2 folds' validation cases together (--data {name}; each case once, predicted by the fold "
+                     f"that did not train on it; folds: {root / name / 'splits_final.json'})")
+        comparisons[name] = _build(groups, root / name / "out", title=f"zoo compare medseg --folds 2 on {name}",
+                                   scored_on=scored_on, extra=extra)
+    across = across_datasets("medseg", "tiny", metrics[0], pooled, "dynunet", 0.05)
+    one_seed = {name: {label: runs[:1] for label, runs in groups.items()} for name, groups in pooled.items()}
+    across |= {f"{label} (1 seed)": m for label, m in
+               across_datasets("medseg", "tiny", metrics[0], one_seed, "dynunet", 0.05).items()}
+    result = {"title": "zoo compare medseg --folds 2 on 2 datasets", "across_datasets": across}
+    return "\n".join(report_lines(result, comparisons, metrics[0], 0.05))
 
 
 def _study(out: Path) -> str:
@@ -118,7 +152,7 @@ def reports(tmp_path_factory) -> dict[str, str]:
     return {"compare": _comparison(root, "compare", 3, own),
             "ablate": _comparison(root, "ablate", 1, {**own, "unetr": "default"}),
             "shared recipe": _comparison(root, "shared", 1, dict.fromkeys(own, "default")),
-            "study": _study(root / "study"),
+            "study": _study(root / "study"), "folds": _folds(root / "folds"),
             "delta linear": render_markdown(measure("linear", task_shape("lm")))}
 
 
@@ -138,10 +172,11 @@ def test_the_fixtures_write_what_the_translation_must_cover(reports):
     assert "Recipes differ between the rows" in ablate and "test-set noise only, 1 seed" in ablate
     assert "one shared recipe for every side" in shared
     assert all(scope in study for scope in ("**general**", "**inconclusive**", "**not measured**", "## Not applied"))
+    assert "across datasets" in reports["folds"] and "needs --seeds 2 or more" in reports["folds"]
     assert len(english_left(compare)) > 20 and english_left(reports["delta linear"])  # the check finds English
 
 
-@pytest.mark.parametrize("name", ["compare", "ablate", "shared recipe", "study", "delta linear"])
+@pytest.mark.parametrize("name", ["compare", "ablate", "shared recipe", "study", "folds", "delta linear"])
 def test_no_english_prose_is_left_and_every_number_is_kept(reports, name):
     _check(reports[name])
 
