@@ -102,6 +102,9 @@ def _text(lang: str, mean: dict[str, float | None], seeds: list[int], steps: int
     if lang == "zh":
         words = {**WORDS_ZH, **{f"seed {seed}": f"种子 {seed}" for seed in seeds}}
         shown = [{**entry, "note": words.get(entry["note"], entry["note"])} for entry in shown]
+        # tasks.lm.curves writes the table's fixed words in English: its two headings and the one-seed note
+        schemes = (schemes_markdown(shown).replace("| scheme | seeds |", "| 位置方案 | 种子数 |", 1)
+                   .replace("1 (no interval)", "1（无区间）"))
         verdict = (
             f"在 L = {CONTEXT} 上训练、在 8L = {8 * CONTEXT} 上读（8L 与 L 处困惑度之比，{len(seeds)} 个种子的均值）："
             f"{by}；{'、'.join(undefined) or '没有方案'}在超出 L 后无定义（可学习的位置表在那里没有对应的行）。",
@@ -112,7 +115,7 @@ def _text(lang: str, mean: dict[str, float | None], seeds: list[int], steps: int
         body = (f"## 训练长度 1×–8× 处的困惑度（每次运行 {steps} 步，种子 {seeds}）\n\n"
                 f"在验证集剧本的前 {eval_tokens:,} 个字符上用步长 {STRIDE} 的滑动窗口评估；"
                 "给出各种子的均值和 95 % Student-t 区间（只有一个种子时不给区间）。\n\n"
-                f"{schemes_markdown(shown)}\n\n## ppl(8L) / ppl(L)\n\n"
+                f"{schemes}\n\n## ppl(8L) / ppl(L)\n\n"
                 f"{markdown_table(translated(ratio_rows, words))}\n\n"
                 "正余弦位置编码和 RoPE 给超出 L 的位置分配的角度，训练中从未出现过；T5 的偏置按距离分桶学习，"
                 "训练没碰到过的距离所在的桶保持初始值；ALiBi 的惩罚是距离的一条固定直线；不加位置时，"
