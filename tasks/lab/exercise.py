@@ -24,11 +24,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from core.attention import ReferenceAttention, reference_attention
+from core.language_model import build_language_model
+from core.model import build_transformer
+from core.multihead import record_attention
+from core.position import SinusoidalPosition, sinusoid_table
 from plumbing.atomic import write_text_atomic
 from plumbing.tables import markdown_table
+from tasks.i18n import check_lang
+from tasks.lab.init import reinit_qkv
 from tasks.lab.lesson import get_lesson
+from tasks.lab.mask import ZeroFilledMaskAttention
+from tasks.lab.norm import WIDTH, layer_grad_norms
+from tasks.lab.position import SwappedSinusoidalPosition
+from tasks.lab.scale import UnscaledAttention
 from tasks.lab.toolkit import entropy, saturation
 
 EXERCISES_DIR = Path(__file__).parent / "exercises"
@@ -46,6 +58,7 @@ class Measure:
 
 
 def _same(thing: Any) -> Any:
+    """The identity: the learner's symbol as it is, or a model left with the core's initialisation."""
     return thing
 
 
@@ -57,8 +70,8 @@ class Exercise:
         lesson: the lesson's name (``zoo lab NAME``).
         file: the exercise file under :data:`EXERCISES_DIR` copied to the learner's ``exercise.py``.
         symbol: what the learner's file must define (a class or a function), substituted into the measurement.
-        correct: builds the core's reference, in the form ``measure`` takes (as ``symbol`` is).
-        mistake: builds the lesson's own mistake, in the same form.
+        correct: the core's reference, in the form ``measure`` takes (that of ``symbol`` after ``adapt``).
+        mistake: the lesson's own mistake, in the same form (e.g. :class:`tasks.lab.scale.UnscaledAttention`).
         measure: ``(thing, seed) -> values``, one per entry of ``measures``, in their order.
         measures: what ``measure`` returns, with the tolerance of each.
         fix: (the mistaken line, its correction), stripped of indentation: used by the tests only, which apply it
@@ -70,8 +83,8 @@ class Exercise:
     lesson: str
     file: str
     symbol: str
-    correct: Callable[[], Any]
-    mistake: Callable[[], Any]
+    correct: Any
+    mistake: Any
     measure: Callable[[Any, int], list[float]]
     measures: tuple[Measure, ...]
     fix: tuple[str, str]
@@ -125,8 +138,6 @@ def _future_drift(forward: Callable[[Tensor], Tensor], ids: Tensor, t: int, voca
 
 # --- the lessons' measurements ------------------------------------------------------------------------------
 def _scale_measure(kernel_class: type, seed: int) -> list[float]:
-    from core.attention import reference_attention
-
     q, k, v, mask = _unit_qkv(seed)
     out, weights = _attend(kernel_class, q, k, v, mask=mask)
     reference, _ = reference_attention(q, k, v, mask)
@@ -135,8 +146,6 @@ def _scale_measure(kernel_class: type, seed: int) -> list[float]:
 
 def _kernel_leaks(kernel_class: type, seed: int) -> list[float]:
     """Weight on future keys (causal), weight on padded keys, and max |output − the core's| (both masks)."""
-    from core.attention import reference_attention
-
     q, k, v, mask = _unit_qkv(seed)
     _, causal = _attend(kernel_class, q, k, v, is_causal=True)
     _, padded = _attend(kernel_class, q, k, v, mask=mask)
@@ -149,8 +158,6 @@ def _kernel_leaks(kernel_class: type, seed: int) -> list[float]:
 
 def _mask_measure(kernel_class: type, seed: int) -> list[float]:
     """The kernel's leaks, then the drift of a translation decoder whose self-attention uses it."""
-    from core.model import build_transformer
-
     torch.manual_seed(seed)
     model = build_transformer("tiny").eval()  # vocabulary 64; ids 0..3 are special
     for layer in model.decoder.layers:
@@ -162,8 +169,6 @@ def _mask_measure(kernel_class: type, seed: int) -> list[float]:
 
 def _causal_mask_measure(kernel_class: type, seed: int) -> list[float]:
     """The kernel's weight on future keys, then the drift of a language model whose self-attention uses it."""
-    from core.language_model import build_language_model
-
     torch.manual_seed(seed)
     model = build_language_model("tiny", vocab_size=32).eval()
     for layer in model.decoder.layers:
@@ -175,9 +180,6 @@ def _causal_mask_measure(kernel_class: type, seed: int) -> list[float]:
 def _position_measure(make: Callable[..., Any], seed: int) -> list[float]:
     """The table against §3.5's, its value at (position 0, dimension 0), and the drift of a sinusoidal model's
     outputs when its table is replaced by this one."""
-    from core.model import build_transformer
-    from core.position import sinusoid_table
-
     d_model = 32
     table = make(d_model, 64).embed(torch.zeros(1, 64, d_model, dtype=torch.float64))[0]  # (64, D)
     torch.manual_seed(seed)
@@ -194,9 +196,6 @@ def _position_measure(make: Callable[..., Any], seed: int) -> list[float]:
 def _init_measure(init: Callable[[Any], Any], seed: int) -> list[float]:
     """The std of the packed Q/K/V weights after ``init``, and the attention entropy and saturation of every map
     of the fresh model on random tokens."""
-    from core.model import build_transformer
-    from core.multihead import record_attention
-
     torch.manual_seed(seed)
     model = build_transformer("tiny", d_model=64, heads=2, d_ff=128)  # d_k 32
     model = init(model).eval()
@@ -214,9 +213,6 @@ DEPTH = 6  # layers per stack of the norm exercise: Post-LN's gradient ratio is 
 
 def _deep_model(norm_first: bool, seed: int) -> Any:
     """The lesson's narrow model (:data:`tasks.lab.norm.WIDTH`) at depth :data:`DEPTH` + :data:`DEPTH`."""
-    from core.model import build_transformer
-    from tasks.lab.norm import WIDTH
-
     torch.manual_seed(seed)
     return build_transformer("tiny", **WIDTH, encoder_layers=DEPTH, decoder_layers=DEPTH, norm_first=norm_first)
 
@@ -235,10 +231,6 @@ def _with_residual(residual_class: type) -> Callable[[int], Any]:
 def _norm_measure(build: Callable[[int], Any], seed: int) -> list[float]:
     """Gradient norm of the last decoder layer over the first at initialisation on one batch, and
     the drift of the model's outputs from the core's Pre-LN model of the same weights."""
-    import torch.nn.functional as F
-
-    from tasks.lab.norm import layer_grad_norms
-
     model = build(seed)
     src, tgt = torch.randint(4, 64, (2, 8, 10), generator=torch.Generator().manual_seed(seed))  # (B, N) each
     logits = model(src, tgt)  # (B, N, V)
@@ -249,39 +241,18 @@ def _norm_measure(build: Callable[[int], Any], seed: int) -> list[float]:
     return [grads[-1] / grads[DEPTH], float((logits.detach() - reference).abs().max() / reference.abs().max())]
 
 
-def _lab(module: str, name: str) -> Any:
-    import importlib
-
-    return getattr(importlib.import_module(f"tasks.lab.{module}"), name)
-
-
-def _reference_kernel() -> type:
-    from core.attention import ReferenceAttention
-
-    return ReferenceAttention
-
-
-def _sinusoidal(d_model: int, length: int) -> Any:
-    from core.position import SinusoidalPosition
-
+def _sinusoidal(d_model: int, length: int) -> SinusoidalPosition:
+    """The core's sinusoidal scheme, built as the exercise's class is (``d_model``, ``length``)."""
     return SinusoidalPosition(d_model, initial_length=length)
 
 
-def _post_ln() -> Callable[[int], Any]:
+def _post_ln_model(seed: int) -> Any:
     """The lesson's mistake in the exercise's model: the core's Post-LN placement (``norm_first`` off in every
     layer) with the stacks' final norms kept, so that the placement is the one difference from the correct model."""
-
-    def build(seed: int) -> Any:
-        model = _deep_model(True, seed)
-        for layer in [*model.encoder.layers, *model.decoder.layers]:
-            layer.norm_first = False
-        return model
-
-    return build
-
-
-def _qkv_std_1() -> Callable[[Any], Any]:
-    return lambda model: _lab("init", "reinit_qkv")(model, 1.0)
+    model = _deep_model(True, seed)
+    for layer in [*model.encoder.layers, *model.decoder.layers]:
+        layer.norm_first = False
+    return model
 
 
 _OUTPUT = Measure("max |output − core reference| (float64 inputs)", "与核心参考实现的输出最大差（float64 输入）", 1e-5)
@@ -290,7 +261,7 @@ _CHECK_COMMAND = "`zoo lab --check {folder}`"
 
 EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
     Exercise(
-        "scale", "attention_scale.py", "Attention", _reference_kernel, lambda: _lab("scale", "UnscaledAttention"),
+        "scale", "attention_scale.py", "Attention", ReferenceAttention, UnscaledAttention,
         _scale_measure,
         (_OUTPUT, Measure("attention entropy, unit-variance q and k, d_k 64 (nats)",
                           "注意力的熵，q、k 方差为 1，d_k 64（奈特）", 1e-4)),
@@ -301,8 +272,8 @@ EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
          "zh": "注意力各行的熵：接近 0 奈特说明 softmax 几乎是独热的，几乎传不回梯度；正确的核在随机的 q、k 上"
                "熵接近 ln N"}),
     Exercise(
-        "mask", "masked_attention.py", "MaskedAttention", _reference_kernel,
-        lambda: _lab("mask", "ZeroFilledMaskAttention"), _mask_measure,
+        "mask", "masked_attention.py", "MaskedAttention", ReferenceAttention, ZeroFilledMaskAttention,
+        _mask_measure,
         (_FUTURE, Measure("attention weight on padded keys", "落在填充位置上的注意力权重", 1e-6), _OUTPUT,
          Measure("decoder logits drift at positions ≤ t when later target tokens change (relative)",
                  "改变 t 之后的目标 token 时，解码器在 t 及之前位置输出的相对变化", 1e-5)),
@@ -312,8 +283,8 @@ EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
          "zh": "每个位置落在后面位置和填充位置上的权重，以及只改变 t 之后的目标 token 时，翻译模型解码器在位置 t "
                "的输出会不会变"}),
     Exercise(
-        "causal-mask", "masked_attention.py", "MaskedAttention", _reference_kernel,
-        lambda: _lab("mask", "ZeroFilledMaskAttention"), _causal_mask_measure,
+        "causal-mask", "masked_attention.py", "MaskedAttention", ReferenceAttention, ZeroFilledMaskAttention,
+        _causal_mask_measure,
         (_FUTURE, Measure("language model logits drift at positions ≤ t when later tokens change (relative)",
                           "改变 t 之后的 token 时，语言模型在 t 及之前位置输出的相对变化", 1e-5)),
         ("scores = scores.masked_fill(~mask, 0.0)", "scores = scores.masked_fill(~mask, float(\"-inf\"))"),
@@ -322,8 +293,7 @@ EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
          "zh": "只改变 t 之后的 token 时，语言模型在位置 t 的输出会不会变：如果会，训练就是从未来读到了答案，"
                "而没有未来可读的生成就会崩掉"}),
     Exercise(
-        "position", "sinusoids.py", "Sinusoids", lambda: _sinusoidal,
-        lambda: _lab("position", "SwappedSinusoidalPosition"), _position_measure,
+        "position", "sinusoids.py", "Sinusoids", _sinusoidal, SwappedSinusoidalPosition, _position_measure,
         (Measure("max |table − §3.5's sinusoids|", "与 §3.5 正弦表的最大差", 1e-5),
          Measure("table value at position 0, dimension 0", "位置 0、维度 0 处的表值", 1e-6),
          Measure("outputs drift of a sinusoidal model read with this table (relative)",
@@ -336,7 +306,7 @@ EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
          "zh": "表在位置 0 的那一行与公式是否一致，以及用这张表替换核心的正弦位置编码后模型输出变了多少："
                "表必须和训练时用的那张相同"}),
     Exercise(
-        "init", "qkv_init.py", "init_qkv", lambda: lambda model: model, _qkv_std_1, _init_measure,
+        "init", "qkv_init.py", "init_qkv", _same, functools.partial(reinit_qkv, std=1.0), _init_measure,
         (Measure("std of the packed Q/K/V weight", "打包的 Q/K/V 权重的标准差", 0.1),
          Measure("attention entropy at initialisation (nats)", "初始化时注意力的熵（奈特）", 0.15),
          Measure("saturated attention rows at initialisation (max weight > 0.99)",
@@ -347,7 +317,7 @@ EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
          "zh": "新建模型的注意力熵和饱和行的比例：核心的初始化（Xavier）让各行保持分散；容差允许任何考虑了扇入的"
                "尺度，例如 N(0, 0.02²)"}),
     Exercise(
-        "norm", "residual.py", "Residual", lambda: functools.partial(_deep_model, True), _post_ln,
+        "norm", "residual.py", "Residual", functools.partial(_deep_model, True), _post_ln_model,
         _norm_measure,
         (Measure(f"gradient norm at initialisation, last decoder layer / first (depth {DEPTH})",
                  f"初始化时梯度范数之比，解码器最后一层 / 第一层（深度 {DEPTH}）", 0.4),
@@ -417,16 +387,10 @@ _WORDS = {
 }
 
 
-def _check_lang(lang: str) -> str:
-    from tasks.i18n import check_lang
-
-    return check_lang(lang)
-
-
 def exercise_markdown(name: str, folder: Path, lang: str = "en") -> str:
     """``EXERCISE.md`` of lesson ``name``'s exercise in ``folder``, in ``lang``: what the file holds, what to
     observe, how to check, and the tolerance of each measure."""
-    exercise, words = get_exercise(name), _WORDS[_check_lang(lang)]
+    exercise, words = get_exercise(name), _WORDS[check_lang(lang)]
     lesson = get_lesson(name)
     tolerances = markdown_table([{words["measure"]: getattr(m, lang), words["tolerance"]: f"{m.tolerance:g}"}
                                  for m in exercise.measures])
@@ -446,7 +410,7 @@ def write_exercise(name: str, out: Path, lang: str = "en") -> Path:
     Returns ``out``. Refuses to overwrite an ``exercise.py`` that differs from the exercise (the learner's work).
     """
     exercise = get_exercise(name)
-    lang = _check_lang(lang)
+    lang = check_lang(lang)
     out = Path(out)
     source = (EXERCISES_DIR / exercise.file).read_text(encoding="utf-8")
     target = out / "exercise.py"
@@ -472,7 +436,7 @@ def _read_record(folder: Path) -> tuple[Exercise, str]:
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"{record} is not the record zoo lab --exercise writes ({{\"lesson\": NAME, \"lang\": "
                          "LANG}); write the exercise again") from None
-    return get_exercise(name), _check_lang(lang)
+    return get_exercise(name), check_lang(lang)
 
 
 def load_learner(folder: Path, symbol: str) -> Any:
@@ -492,11 +456,17 @@ def load_learner(folder: Path, symbol: str) -> Any:
     except SyntaxError as error:
         raise ValueError(f"{path}, line {error.lineno}: syntax error ({error.msg}); fix it and check again") from None
     except Exception as error:  # the learner's code may raise anything at import
-        raise ValueError(f"{path} failed to import: {type(error).__name__}: {error}") from None
+        raise ValueError(f"{path} failed to import: {_one_line(error)}") from None
     if not hasattr(module, symbol):
         raise ValueError(f"{path} defines no {symbol!r}: the check measures {symbol}, so keep its name "
                          "(rename it back, or write the exercise again in another folder)")
     return getattr(module, symbol)
+
+
+def _one_line(error: Exception) -> str:
+    """``Type: message`` of ``error``, its message cut to the first line (torch's errors can run over several)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def _off(learner: float, correct: float, mistake: float, tolerance: float) -> bool:
@@ -519,10 +489,9 @@ def check_exercise(folder: Path, seed: int = 0) -> ExerciseCheck:
     try:
         yours = exercise.measure(exercise.adapt(learner), seed)
     except Exception as error:  # the learner's code runs inside the measurement
-        raise ValueError(f"{path}: {exercise.symbol} failed in the measurement: {type(error).__name__}: "
-                         f"{error}") from None
-    correct = exercise.measure(exercise.correct(), seed)
-    mistake = exercise.measure(exercise.mistake(), seed)
+        raise ValueError(f"{path}: {exercise.symbol} failed in the measurement: {_one_line(error)}") from None
+    correct = exercise.measure(exercise.correct, seed)
+    mistake = exercise.measure(exercise.mistake, seed)
     evidence = [(getattr(m, lang), y, c, w) for m, y, c, w in zip(exercise.measures, yours, correct, mistake,
                                                                  strict=True)]
     off = [name for (name, y, c, w), m in zip(evidence, exercise.measures) if _off(y, c, w, m.tolerance)]

@@ -40,7 +40,7 @@ def test_every_lesson_has_an_exercise_or_says_why_not():
 def test_the_mistake_is_clearly_away_from_the_correct_value_on_every_measure(name):
     # The check's verdict relies on it: a value within the tolerance of the correct one is then far from the mistake.
     exercise = get_exercise(name)
-    correct, mistake = exercise.measure(exercise.correct(), 0), exercise.measure(exercise.mistake(), 0)
+    correct, mistake = exercise.measure(exercise.correct, 0), exercise.measure(exercise.mistake, 0)
     for measure, c, w in zip(exercise.measures, correct, mistake, strict=True):
         assert abs(c - w) > 3 * measure.tolerance, (measure.en, c, w)
 
@@ -122,7 +122,16 @@ def test_a_missing_class_names_the_file_and_the_class(tmp_path):
 def test_code_that_fails_inside_the_measurement_names_the_file(tmp_path):
     folder = write_exercise("position", tmp_path)
     _edit(folder, get_exercise("position").fix[0], "table = table[:, :-1]")  # one column short
-    with pytest.raises(ValueError, match=r"exercise\.py: Sinusoids failed in the measurement: RuntimeError"):
+    with pytest.raises(ValueError, match=r"exercise\.py: Sinusoids failed in the measurement: RuntimeError") as error:
+        check_exercise(folder)
+    assert "\n" not in str(error.value)
+
+
+def test_code_that_fails_at_import_names_the_file(tmp_path):
+    folder = write_exercise("init", tmp_path)
+    path = folder / "exercise.py"
+    path.write_text("import torch\nraise RuntimeError('first line\\nsecond line')\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"exercise\.py failed to import: RuntimeError: first line$"):
         check_exercise(folder)
 
 
