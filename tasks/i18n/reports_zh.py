@@ -108,7 +108,7 @@ _SENTENCES: list[tuple[str, str]] = [
      r"所有运行相同的预算：\1；每个变体 \2 个种子。"),
     (r"budgets that differ: (.+?); ([\d/]+) seed\(s\) per variant\. ", r"各不相同的预算：\1；每个变体 \2 个种子。"),
     (r"(\d+) epoch\(s\) per run", r"每次运行 \1 个 epoch"),
-    (r"(\S+) s of training per run \(optimizer steps; evaluation not counted\)",
+    (rf"{_NUM} s of training per run \(optimizer steps; evaluation not counted\)",
      r"每次运行训练 \1 秒（只计优化器步骤，不计评估）"),
     (r", at most (\d+) epochs", r"，最多 \1 个 epoch"),
     (r"Metric: (\w+) (.+?), paired on the same test examples\.", r"指标：\1 划分上的 \2，在相同的测试样本上配对。"),

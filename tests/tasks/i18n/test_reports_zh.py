@@ -43,21 +43,64 @@ def english_left(markdown: str) -> list[str]:
     return [run for line in markdown.split("\n") for run in PROSE.findall(PROTECTED.sub(" ", line))]
 
 
-def _run(root: Path, label: str, seed: int, shift: float, recipe: str, rng: np.random.Generator) -> RunResult:
-    """A finished medseg run of ``label`` as a comparison reads it: per-case Dice and HD95 of two organs."""
-    folder = root / f"{label}-seed{seed}"
+def _finished(folder: Path, task: str, label: str, config: dict, preprocessing: dict, records: list[dict],
+              data: str, budget: dict | None = None) -> RunResult:
+    """A finished run as a comparison reads it: its run.json, metrics.json and test records (scored on ``data``)."""
     (folder / "predictions").mkdir(parents=True)
     (folder / "predictions" / "index.json").write_text(json.dumps({"test": {}}))
+    info = {"task": task, "variant": label, "config": {"epochs": 2, **config}, "preprocessing": preprocessing}
+    training = {"parameters": 1000, "history": [{"step": 40}], "items_per_s": 12.5, "train_seconds": 30.0,
+                "budget": budget or {"kind": "epochs", "value": 2}, "peak_memory": {"mb": 512.0}}
+    return RunResult(folder, folder, info, training, {"test": (records, data)})
+
+
+def _run(root: Path, label: str, seed: int, shift: float, recipe: str, rng: np.random.Generator) -> RunResult:
+    """A medseg run of ``label``: per-case Dice and HD95 of two organs."""
     records = [{"case": case, "papers": {organ: {"dice": float(np.clip(0.6 + shift + rng.normal(0, 0.05), 0, 1)),
                                                  "hd95": float(abs(8 - 20 * shift + rng.normal(0, 1)))}
                                          for organ in ("liver", "spleen")}} for case in CASES]
-    config = {"hd95": "papers", "epochs": 2, "seed": seed, "recipe": recipe}
-    info = {"task": "medseg", "variant": label, "config": config,
-            "preprocessing": {"class_names": ["background", "liver", "spleen"],
-                              "recipe": {"name": "nnunet" if recipe == "own" else recipe}}}
-    training = {"parameters": 1000, "history": [{"step": 40}], "items_per_s": 12.5, "train_seconds": 30.0,
-                "budget": {"kind": "epochs", "value": 2}, "peak_memory": {"mb": 512.0}}
-    return RunResult(folder, folder, info, training, {"test": (records, "sha256:" + "1" * 64)})
+    preprocessing = {"class_names": ["background", "liver", "spleen"],
+                     "recipe": {"name": "nnunet" if recipe == "own" else recipe}}
+    return _finished(root / f"{label}-seed{seed}", "medseg", label, {"hd95": "papers", "seed": seed, "recipe": recipe},
+                     preprocessing, records, "sha256:" + "1" * 64)
+
+
+def _other_tasks(root: Path) -> dict[str, str]:
+    """Reports of the other tasks' tests: cifar (top-1 with McNemar beside, 1 seed; then a sign-flip test, 3 seeds)
+    and translation (BLEU with sacreBLEU's paired_bs beside; its data follow the seed, so seeds are strata; a time
+    budget)."""
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 10, 200)
+    reports = {}
+    for seeds in (1, 3):
+        groups = {}
+        for variant, right in (("vit", 0.7), ("linear", 0.5)):
+            runs = []
+            for seed in range(seeds):
+                guess = np.where(rng.random(200) < right, labels, rng.integers(0, 10, 200))
+                records = [{"id": i, "label": int(y), "prediction": int(g)}
+                           for i, (y, g) in enumerate(zip(labels, guess, strict=True))]
+                runs.append(_finished(root / f"cifar{seeds}" / f"{variant}-{seed}", "cifar", variant, {"seed": seed},
+                                      {"class_names": [str(k) for k in range(10)]}, records, "sha256:" + "2" * 64))
+            groups[variant] = runs
+        out = root / f"cifar{seeds}" / "out"
+        _build(groups, out, task="cifar", reference="vit")
+        reports[f"cifar, {seeds} seed(s)"] = (out / "report.md").read_text()
+    words = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "away", "from", "home"]
+    groups = {}
+    for variant, noise in (("classic", 0.1), ("rope", 0.4)):
+        runs = []
+        for seed in range(2):
+            sentences = [" ".join(np.random.default_rng(100 * seed + i).choice(words, 8)) for i in range(40)]
+            records = [{"id": i, "reference": ref, "greedy": " ".join(w if rng.random() > noise else "x"
+                                                                      for w in ref.split())}
+                       for i, ref in enumerate(sentences)]
+            runs.append(_finished(root / "translation" / f"{variant}-{seed}", "translation", variant, {"seed": seed},
+                                  {}, records, f"sha256:{seed}" * 8, {"kind": "time", "value": 60}))
+        groups[variant] = runs
+    _build(groups, root / "translation" / "out", task="translation", reference="classic")
+    reports["translation"] = (root / "translation" / "out" / "report.md").read_text()
+    return reports
 
 
 def _groups(root: Path, seeds: int, recipes: dict[str, str], offset: float = 0.0) -> dict[str, list[RunResult]]:
@@ -68,7 +111,8 @@ def _groups(root: Path, seeds: int, recipes: dict[str, str], offset: float = 0.0
             for label, shift in shifts.items()}
 
 
-def _build(groups: dict[str, list[RunResult]], out: Path, **options) -> dict:
+def _build(groups: dict[str, list[RunResult]], out: Path, task: str = "medseg", reference: str = "dynunet",
+           **options) -> dict:
     """:func:`tasks.compare.sweep.build_comparison` of planted runs; a run's cost (which loads its model) is planted."""
     cost = {"parts changed": "attention, stacking", "params": 1000, "GFLOPs": 1.5, "steps": 40.0,
             "train_TFLOPs": None, "items/s": 12.5, "wall s": 30.0, "peak MiB": 512.0}
@@ -76,7 +120,7 @@ def _build(groups: dict[str, list[RunResult]], out: Path, **options) -> dict:
         patch.setattr(sweep, "_cost", lambda *args: cost)
         patch.setattr(sweep, "_run_undeclared", lambda *args: [])
         patch.setattr(tasks.runs.run, "load_run", lambda path: SimpleNamespace(task=SimpleNamespace(variant=None)))
-        return sweep.build_comparison("medseg", groups, "dynunet", out, **options)
+        return sweep.build_comparison(task, groups, reference, out, **options)
 
 
 def _comparison(root: Path, kind: str, seeds: int, recipes: dict[str, str]) -> str:
@@ -152,14 +196,15 @@ def reports(tmp_path_factory) -> dict[str, str]:
     return {"compare": _comparison(root, "compare", 3, own),
             "ablate": _comparison(root, "ablate", 1, {**own, "unetr": "default"}),
             "shared recipe": _comparison(root, "shared", 1, dict.fromkeys(own, "default")),
-            "study": _study(root / "study"), "folds": _folds(root / "folds"),
+            "study": _study(root / "study"), "folds": _folds(root / "folds"), **_other_tasks(root / "tasks"),
             "delta linear": render_markdown(measure("linear", task_shape("lm")))}
 
 
 def _check(english: str) -> str:
     chinese = translate_report(english)
     assert english_left(chinese) == []
-    assert sorted(numbers(chinese)) == sorted(numbers(english))  # every number kept, none added
+    pairs = list(zip(english.split("\n"), chinese.split("\n"), strict=True))  # one Chinese line per English line
+    assert [sorted(numbers(c)) for _, c in pairs] == [sorted(numbers(e)) for e, _ in pairs]  # each number kept
     assert sorted(PROTECTED.findall(chinese)) == sorted(PROTECTED.findall(english))  # code spans, links: same bytes
     assert check_terms(chinese) == []
     return chinese
@@ -173,15 +218,20 @@ def test_the_fixtures_write_what_the_translation_must_cover(reports):
     assert "one shared recipe for every side" in shared
     assert all(scope in study for scope in ("**general**", "**inconclusive**", "**not measured**", "## Not applied"))
     assert "across datasets" in reports["folds"] and "needs --seeds 2 or more" in reports["folds"]
+    assert "McNemar's exact test" in reports["cifar, 1 seed(s)"] and "| p (sign-flip) |" in reports["cifar, 3 seed(s)"]
+    assert "each seed was scored on its own data" in reports["translation"] and "s of training per run" in \
+        reports["translation"]
     assert len(english_left(compare)) > 20 and english_left(reports["delta linear"])  # the check finds English
 
 
-@pytest.mark.parametrize("name", ["compare", "ablate", "shared recipe", "study", "folds", "delta linear"])
+@pytest.mark.parametrize("name", ["compare", "ablate", "shared recipe", "study", "folds", "cifar, 1 seed(s)",
+                                  "cifar, 3 seed(s)", "translation", "delta linear"])
 def test_no_english_prose_is_left_and_every_number_is_kept(reports, name):
     _check(reports[name])
 
 
 def test_verdicts_headings_and_stories_in_chinese(reports):
+    assert "训练时使用所有运行相同的预算：每次运行训练 60 秒（" in _check(reports["translation"])
     compare = _check(reports["compare"])
     assert "| 更差 |" in compare and "| 无显著差异 |" in compare and "| 基线 |" in compare
     assert "## 跨种子" in compare
