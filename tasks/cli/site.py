@@ -1,9 +1,11 @@
-"""``zoo site --out DIR [--runs DIR ...] [--lessons DIR] [--run-lessons [--lesson-runs DIR]]``: the package as a
-static site (:mod:`tasks.site`)."""
+"""``zoo site --out DIR [--runs DIR ...] [--lessons DIR] [--run-lessons [--lesson-runs DIR]] [--lang en|zh|both]``:
+the package as a static site (:mod:`tasks.site`), in English, Chinese or both."""
 
 from __future__ import annotations
 
 import argparse
+
+from tasks.i18n import LANGS
 
 
 def add_site_command(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +22,9 @@ def add_site_command(sub: argparse._SubParsersAction) -> None:
                    "where they are read from again (default: OUT/lab)")
     p.add_argument("--variants", default=None, help="comma-separated variants that get a page (default: all)")
     p.add_argument("--no-check", action="store_true", help="leave out the conformance suite (zoo check)")
+    p.add_argument("--lang", default="en", choices=(*LANGS, "both"), help="the site's language: en (default), "
+                   "zh (Chinese), or both (English in OUT/, Chinese in OUT/zh/, each page linking to the other); "
+                   "code, numbers and plots are the same in both")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_site)
 
@@ -29,7 +34,8 @@ def _cmd_site(args: argparse.Namespace) -> int:
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
     summary = build_site(args.out, args.runs, args.lessons, variants, run_lessons=args.run_lessons,
-                         lesson_runs=args.lesson_runs, check=not args.no_check, progress=not args.quiet)
+                         lesson_runs=args.lesson_runs, check=not args.no_check, progress=not args.quiet,
+                         lang=args.lang)
     print(f"wrote {summary['variants']} variant pages, {summary['lessons']} lessons and {summary['comparisons']} "
           f"comparisons to {summary['out']}/; open {summary['out']}/index.html in a browser")
     if summary["not_run"]:

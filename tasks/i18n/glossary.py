@@ -70,7 +70,7 @@ GLOSSARY: dict[str, Term] = {
     "vanishing gradient": Term("梯度消失", ("梯度弥散",)),
     # variants (§6)
     "variant": Term("变体", ("变种",)),
-    "patch": Term("图像块", ("补丁", "斑块")),
+    "image patch": Term("图像块", ("图像补丁", "图片块", "斑块")),  # a code patch is 补丁: only the image one differs
     "distillation": Term("蒸馏", ("萃取",)),
     "expert routing": Term("专家路由", ("专家路径选择", "专家派发")),
     "mixture of experts": Term("混合专家", ("专家混合", "多专家混合")),

@@ -1,5 +1,6 @@
 """One small site for the site's tests: three variant pages (ViT with its conformance suite, the classic model on
-translation and on lm), a lesson run at a tenth of its budget, and a comparison of two one-epoch image runs."""
+translation and on lm), a lesson run at a tenth of its budget, and a comparison of two one-epoch image runs; and the
+same inputs as a site in both languages (``site_both``: English at its root, Chinese under ``zh/``)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,13 @@ def site(tmp_path_factory) -> SimpleNamespace:
     compare_runs("cifar", runs, root / "comparison")
     summary = small_site(root, root / "site")
     return SimpleNamespace(root=root, out=root / "site", summary=summary)
+
+
+@pytest.fixture(scope="session")
+def site_both(site) -> SimpleNamespace:
+    """The small site's inputs built in both languages, without the conformance suite (the English site's tests
+    run it; its table's words are checked apart)."""
+    out = site.root / "site-both"
+    summary = build_site(out, [site.root / "comparison"], site.root / "lab", VARIANTS, check=False, progress=False,
+                         lang="both")
+    return SimpleNamespace(root=site.root, out=out, zh=out / "zh", summary=summary)

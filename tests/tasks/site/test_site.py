@@ -114,13 +114,13 @@ def test_a_plugin_variant_is_on_the_index_and_gets_its_page(site, tmp_path):
 def test_the_conformance_heading_counts_n_a_rows_apart(monkeypatch):
     """A check that does not apply (n/a) is neither passed nor failed: the page says how many there were."""
     import tasks.plugins.check as check
-    from tasks.site.variant import _check
+    from tasks.site.variant import _check_html, _check_report
 
     rows = [check.Row("tiny", "build", True), check.Row("tiny", "changes", None, reason="no change can be reverted"),
             check.Row("tiny", "revert", None)]
     monkeypatch.setattr(check, "check_variant", lambda *args, **kw: [check.Report("x", "cifar", rows, 1.0)])
-    head, verdict = _check("x", "cifar", "tiny")
-    assert verdict == "PASS" and "1 of 1 checks passed, 2 n/a:" in head
+    html = _check_html("x", "tiny", _check_report("x", "cifar", "tiny"), "en")
+    assert "1 of 1 checks passed, 2 n/a: <span class='pass'>PASS</span>" in html
 
 
 def test_a_study_is_listed_under_studies_with_its_forest_plots(site, tmp_path):
