@@ -375,10 +375,16 @@ def _stories() -> dict[str, str]:
     lines: dict[str, str] = {}
     for name in list_variants():
         for registration in registrations(name):
-            lines[registration.summary] = variant_text(registration, "zh")
+            try:  # a plugin's variant has no Chinese text: its lines stay English
+                lines[registration.summary] = variant_text(registration, "zh")
+            except KeyError:
+                continue
             for change in registration.changes:
-                english, chinese = (change_markdown(registration, change.name, lang).split("\n")
-                                    for lang in ("en", "zh"))
+                try:
+                    english, chinese = (change_markdown(registration, change.name, lang).split("\n")
+                                        for lang in ("en", "zh"))
+                except KeyError:
+                    continue
                 lines.update((e, c) for e, c in zip(english, chinese, strict=True) if e and not e.startswith("#"))
     return lines
 

@@ -431,6 +431,22 @@ def _spaced(text: str) -> str:
     return f" {text}" if text[:1].isascii() and text[:1].isalnum() else text
 
 
+def reach_text(variant: str | Variant, change: str, part: str, lang: str, task: str | None = None) -> str:
+    """How the declared change ``change`` reaches another ``part`` (its ``resizes`` or ``also_in``) in ``lang``."""
+    registration = _registration(variant, task)
+    declared = registration.change(change)
+    reach = {**declared.resizes, **declared.also_in}
+    if part not in reach:
+        raise unknown_name(f"part that change {change!r} reaches", part, reach)
+    if check_lang(lang) == "en":
+        return reach[part]
+    own = REACH.get(registration.name, {}).get(change, {})
+    if part not in own:
+        raise KeyError(f"change {change!r} of variant {registration.name!r} has no Chinese text for how it reaches "
+                       f"{part!r}; add it to tasks/i18n/variants_zh.py REACH")
+    return own[part]
+
+
 def change_markdown(variant: str | Variant, change: str, lang: str, heading: str = "#", task: str | None = None
                     ) -> str:
     """One declared change as a Markdown section in ``lang``: the text ``zoo diff`` shows
@@ -446,14 +462,9 @@ def change_markdown(variant: str | Variant, change: str, lang: str, heading: str
     title = declared.part if declared.name == declared.part else f"{declared.part}: {declared.name}"
     lines = [f"{heading}# {title}（{scope_text(declared.scope, lang)}）", "",
              f"经典模型用的是{_spaced(classic)}；这个变体用的是{_spaced(new)}。原因：{flaw}。", ""]
-    reach = REACH.get(registration.name, {}).get(change, {})
 
     def how(parts: dict[str, str]) -> str:
-        missing = [p for p in parts if p not in reach]
-        if missing:
-            raise KeyError(f"change {change!r} of variant {registration.name!r} has no Chinese text for how it reaches "
-                           f"{missing}; add it to tasks/i18n/variants_zh.py REACH")
-        return "；".join(f"{part}（{reach[part]}）" for part in parts)
+        return "；".join(f"{part}（{reach_text(registration, change, part, lang)}）" for part in parts)
 
     if declared.resizes:
         lines += [f"它还决定了这些部分的尺寸：{how(declared.resizes)}。这些尺寸由它而来、随它一起还原，"

@@ -8,6 +8,7 @@ sentence, a new column) and has no rule leaves English prose in the translation,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -27,9 +28,11 @@ from tasks.i18n.glossary import check_terms
 from tasks.i18n.reports_zh import numbers, translate_report
 from tasks.study.report import write_report
 from tasks.study.study import analyse
+from tests.plugin_helpers import isolated_registry
 from zoo.analysis.delta import measure
 from zoo.analysis.report import render_markdown
 from zoo.changes import get_change
+from zoo.registry import get_variant, register
 from zoo.vit.config import ViTConfig
 
 CASES = [f"case{i:04d}" for i in range(12)]
@@ -250,6 +253,15 @@ def test_delta_reports_of_other_variants(variant, task):
     """Resized parts and the by-change table (swin, deit), a procedure-only change (deit's objective), active
     parameters (moe), the classic base itself."""
     _check(render_markdown(measure(variant, task_shape(task), memory=False)))
+
+
+def test_a_variant_without_chinese_text_keeps_its_english_lines():
+    """A plugin's variant has no entry in variants_zh: a report still translates, its own story stays English."""
+    swin = get_variant("swin")
+    with isolated_registry():
+        register(dataclasses.replace(swin, name="swin-plugin", summary="A plugin's own words, never translated here."))
+        text = "## attention (general)\n\nA plugin's own words, never translated here.\n\n## Across seeds"
+        assert translate_report(text).split("\n") == ["## attention（通用）", "", text.split("\n")[2], "", "## 跨种子"]
 
 
 def test_lines_no_rule_matches_stay_as_they_are():

@@ -15,6 +15,7 @@ from tasks.i18n.variants_zh import (
     change_markdown,
     change_text,
     part_text,
+    reach_text,
     scope_text,
     stale,
     travelling_text,
@@ -88,6 +89,10 @@ def test_a_change_section_reads_line_for_line_as_zoo_diff_writes_it():
     assert english == change_markdown_en(swin.change("stacking"))  # "en" is zoo diff's own text
     assert len(english.split("\n")) == len(chinese.split("\n"))
     assert chinese.startswith("## stacking（特定于任务）") and "head（分类器读取最后一个阶段，宽 2^(S−1)·D）" in chinese
+    assert reach_text(swin, "stacking", "head", "zh") == "分类器读取最后一个阶段，宽 2^(S−1)·D"
+    assert reach_text(swin, "stacking", "head", "en") == swin.change("stacking").resizes["head"]
+    with pytest.raises(ValueError, match="'embedding'"):
+        reach_text(swin, "stacking", "embedding", "zh")  # a part the change does not reach
     assert "无法还原" in change_markdown("unetr", "position", "zh")  # a change MONAI has no switch for
     reach = variants_zh.REACH["swin"]["stacking"].pop("head")
     try:
