@@ -243,7 +243,7 @@ def _train_pair(data: Seq2SeqData, settings: LabSettings, d_model: int, steps: i
 WORDS_ZH = {"scaled": "缩放", "unscaled": "不缩放", "entropy at init": "初始化时的熵",
             "saturated at init": "初始化时的饱和比例", "entropy trained": "训练后的熵",
             "saturated trained": "训练后的饱和比例", "softmax gain trained": "训练后的 softmax 增益",
-            "final loss": "最终损失", "test BLEU": "测试集 BLEU"}
+            "mean ‖∇W^Q,K‖": "平均 ‖∇W^Q,K‖", "final loss": "最终损失", "test BLEU": "测试集 BLEU"}
 
 
 def _text(findings: dict, seed: int, lang: str) -> tuple[tuple[str, str], str]:

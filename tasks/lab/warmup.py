@@ -177,8 +177,8 @@ def run(settings: LabSettings) -> LessonResult:
         f"在最高峰值下，最初几步里它解码器最后一层的梯度达到第一层的 {max(const[-1].ratios):.3g}×"
         f"（预热：{max(warm[-1].ratios):.3g}×）。",
         f"Noam 预热，峰值和训练预算相同：最终损失 {losses(warm)}（BLEU {'/'.join(f'{r.bleu:.1f}' for r in warm)}）；"
-        f"有预热时能训练的峰值为 {shown(usable(warm)).replace('none', '无')}，没有预热时为 "
-        f"{shown(usable(const)).replace('none', '无')}：要做预热。",
+        f"能正常训练的峰值，有预热：{shown(usable(warm)).replace('none', '无')}；没有预热："
+        f"{shown(usable(const)).replace('none', '无')}。所以要做预热。",
     )
     holds = warm[-1].log.final() < const[-1].log.final()  # at the highest peak the warm-up ends lower
     findings = {
