@@ -255,7 +255,8 @@ def _post_ln_model(seed: int) -> Any:
     return model
 
 
-_OUTPUT = Measure("max |output − core reference| (float64 inputs)", "与核心参考实现的输出最大差（float64 输入）", 1e-5)
+_OUTPUT = Measure("largest difference from the core reference's output (float64 inputs)",
+                  "与核心参考实现输出的最大绝对差（float64 输入）", 1e-5)
 _FUTURE = Measure("attention weight on later positions (causal)", "落在后面位置上的注意力权重（因果掩码）", 1e-6)
 _CHECK_COMMAND = "`zoo lab --check {folder}`"
 
@@ -294,7 +295,7 @@ EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
                "而没有未来可读的生成就会崩掉"}),
     Exercise(
         "position", "sinusoids.py", "Sinusoids", _sinusoidal, SwappedSinusoidalPosition, _position_measure,
-        (Measure("max |table − §3.5's sinusoids|", "与 §3.5 正弦表的最大差", 1e-5),
+        (Measure("largest difference from §3.5's sinusoid table", "与 §3.5 正弦表的最大绝对差", 1e-5),
          Measure("table value at position 0, dimension 0", "位置 0、维度 0 处的表值", 1e-6),
          Measure("outputs drift of a sinusoidal model read with this table (relative)",
                  "用这张表替换正弦位置编码后，模型输出的相对变化", 1e-5)),
@@ -321,7 +322,7 @@ EXERCISES: dict[str, Exercise] = {e.lesson: e for e in (
         _norm_measure,
         (Measure(f"gradient norm at initialisation, last decoder layer / first (depth {DEPTH})",
                  f"初始化时梯度范数之比，解码器最后一层 / 第一层（深度 {DEPTH}）", 0.4),
-         Measure("max |logits − the core's Pre-LN model's| (relative, same weights)",
+         Measure("largest difference from the logits of the core's Pre-LN model (relative, same weights)",
                  "与核心 Pre-LN 模型（相同权重）输出的最大相对差", 1e-5)),
         ("return norm(x + self.drop_path(self.dropout(sublayer(x))))  # (B, N, D)",
          "return x + self.drop_path(self.dropout(sublayer(norm(x))))  # (B, N, D)"),
