@@ -1,0 +1,94 @@
+"""scripts/plot_medseg_baselines.py: the forest plot of README's "Measured: configured baselines" reads each
+comparison's rows as results.json holds them, and ``pair`` compares one variant's runs under two recipes, which
+``zoo compare --runs`` refuses as seeds trained differently."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tasks.cli.main import main as zoo
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plot_medseg_baselines.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("plot_medseg_baselines", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _comparison(reference: str, row: str, delta: float, interval: list[float] | None, verdict: str) -> dict:
+    """A results.json with a reference row and one other, holding only what the plot reads."""
+    base = {"delta": 0.0, "delta_ci95": None, "verdict": "baseline"}
+    stat = {"delta": delta, "delta_ci95": interval, "verdict": verdict}
+    metrics = {"dice": {"title": "Dice"}, "nsd": {"title": "NSD"}}
+    return {"reference": reference, "metrics": metrics,
+            "rows": [{"variant": reference, "metrics": {"dice": base, "nsd": base}},
+                     {"variant": row, "metrics": {"dice": stat, "nsd": {**stat, "delta": delta / 2}}}]}
+
+
+def test_forest_rows_are_the_non_reference_rows_with_their_intervals(script):
+    comparison = _comparison("basicunet", "missformer", 0.25, [0.2, 0.3], "better")
+    assert script.forest_rows(comparison, "2D", "dice") == [
+        {"label": "2D: missformer vs basicunet", "delta": 0.25, "low": 0.2, "high": 0.3, "verdict": "better"}]
+    no_interval = _comparison("a", "b", -0.1, None, "no significant difference")
+    assert script.forest_rows(no_interval, "x", "nsd")[0] == {
+        "label": "x: b vs a", "delta": -0.05, "low": -0.05, "high": -0.05, "verdict": "no significant difference"}
+    with pytest.raises(ValueError, match="no metric 'hd99'.*it has dice, nsd"):
+        script.forest_rows(comparison, "2D", "hd99")
+
+
+def test_plot_writes_one_png_over_every_comparison(script, tmp_path):
+    comparisons = {"2D": _comparison("basicunet", "missformer", 0.25, [0.2, 0.3], "better"),
+                   "3D": _comparison("dynunet", "swinunetr3d", -0.1, [-0.2, -0.05], "worse")}
+    # the 2D row's NSD Δ (0.125) lies outside its interval [0.2, 0.3], as a percentile interval may: drawn, not refused
+    out = script.plot(comparisons, ["dice", "nsd"], tmp_path / "docs" / "fig.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_arguments_are_one_line_errors(script, tmp_path):
+    with pytest.raises(ValueError, match="not NAME=VALUE"):
+        script.split_pair("results.json", "results")
+    with pytest.raises(ValueError, match="two or more groups with distinct labels"):
+        script.pair([("a", ["x"]), ("a", ["y"])], tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        script.main(["plot", f"x={tmp_path / 'missing.json'}", "--out", str(tmp_path / "f.png")])
+
+
+TRAIN = ("case0005", "case0006", "case0007", "case0008", "case0009")
+# the smallest 3D runs (tests/tasks/compare/test_compare_recipe.py's): one epoch, one patch per case, NIfTI phantom
+TINY = ["--preset", "tiny", "--fold", "0", "--patch-size", "16,32,32", "--batch-size", "2", "--patches-per-case", "1",
+        "--overlay-slices", "1", "--device", "cpu", "--num-threads", "1", "--epochs", "1", "--progress", "false",
+        "--figures", "false"]
+
+
+@pytest.mark.slow  # trains two 3D runs of one epoch
+def test_pair_compares_one_variant_under_two_recipes(script, tmp_path, monkeypatch):
+    from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
+
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+    data = write_phantom_nifti(tmp_path / "dec", "decathlon", slices=20, size=(40, 48), train_cases=TRAIN,
+                               test_cases=("case0001", "case0002"))
+    runs = {}
+    for recipe in ("default", "nnunet"):
+        runs[recipe] = str(tmp_path / recipe)
+        assert zoo(["train", "medseg", "--variant", "dynunet", "--data", str(data), "--recipe", recipe, *TINY,
+                    "--out", runs[recipe]]) == 0
+    # what the script is for: grouped by variant, as zoo compare --runs groups them, the two runs are one group
+    with pytest.raises(ValueError, match="are both 'dynunet'"):
+        script.pair([("dynunet", [runs["default"], runs["nnunet"]]), ("other", [runs["default"]])], tmp_path / "x")
+    comparison = script.pair([("default recipe", [runs["default"]]), ("nnunet recipe", [runs["nnunet"]])],
+                             tmp_path / "pair")
+    reference, row = comparison["rows"]
+    assert (reference["variant"], reference["recipe"]) == ("default recipe", "default")
+    assert (row["variant"], row["recipe"]) == ("nnunet recipe", "nnunet")
+    stat = row["metrics"]["dice"]
+    assert stat["delta"] == pytest.approx(row["mean"] - reference["mean"]) and stat["p_value"] is not None
+    results = json.loads((tmp_path / "pair" / "results.json").read_text())
+    assert results["reference"] == "default recipe" and "nnunet recipe" in (tmp_path / "pair" / "report.md").read_text()
