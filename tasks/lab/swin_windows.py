@@ -59,6 +59,9 @@ LESSON_SWIN = dict(patch_size=4, embed_dim=32, depths=(4,), heads=(2,), window_s
                    drop_path=0.0)
 LR = 5e-3  # the lesson's batches of 32 at 300-1,500 steps: 2e-3 left both models near 45 % after 300 steps
 LINEAR, QUADRATIC, SLACK = 1.0, 2.0, 0.15  # expected exponents of N, and how far a fit may be from them
+# zoo.analysis.delta.FLOP_CONVENTION (the findings' "flop_convention") in Chinese, for lesson.zh.md
+FLOP_CONVENTION_ZH = ("前向 FLOPs = 矩阵乘法、卷积和注意力的 2·MACs（torch.utils.flop_counter，math 注意力后端）；"
+                      "逐元素运算、softmax 和归一化不计入")
 
 
 def unshifted(model: nn.Module) -> nn.Module:
@@ -378,7 +381,7 @@ def _body(f: dict, lang: str = "en") -> str:
         return "\n\n".join([
             "## (a) 图像变大时一个注意力层的代价",
             f"宽度 {c['dim']}，{c['heads']} 个头，批大小 1；窗口为 {c['window']}×{c['window']} 个图像块，移位，"
-            f"带相对位置偏置（只有一个窗口的特征图无从移位）。FLOPs：{f['flop_convention']}。时间："
+            f"带相对位置偏置（只有一个窗口的特征图无从移位）。FLOPs：{FLOP_CONVENTION_ZH}。时间："
             "前向，多轮交替测量取中位数，机器上同时在跑什么就算什么。",
             markdown_table(cost_rows),
             "代价 ∝ N^p 拟合出的指数 p：",

@@ -15,6 +15,18 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
+# English prose: four or more English words in a row (a name like "Haviv et al." or "z-loss" is shorter)
+ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'-]*(?:[ ,]+[A-Za-z][A-Za-z'-]*){3,}")
+# what a Chinese page keeps as written: code spans, quoted titles and prompts, table rows (their cells may quote a
+# library's error message), image links
+KEPT = re.compile(r"`[^`]*`|\"[^\"]*\"|^\|.*$|!\[[^\]]*\]\([^)]*\)", re.MULTILINE)
+
+
+def english_prose(text: str) -> list[str]:
+    """Runs of English prose left in ``text`` outside what a Chinese page keeps as written (see ``KEPT``)."""
+    return ENGLISH_RUN.findall(KEPT.sub(" ", text))
+
+
 def numbers(text: str) -> list[str]:
     """The numbers of ``text`` in order of appearance, as written."""
     return NUMBER.findall(text)
@@ -34,6 +46,7 @@ def assert_chinese(name: str, result: LessonResult, out: Path | None = None) -> 
     for text in texts:
         assert CJK.search(text), text
     assert check_terms("\n".join(texts)) == []
+    assert english_prose("\n".join(texts)) == []
     assert lesson.sections and all(section(number) for number in lesson.sections)
     assert_same_numbers(result.verdict, result.verdict_zh)
     missing = set(numbers(result.body)) - set(numbers(result.body_zh))
