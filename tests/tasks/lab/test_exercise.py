@@ -2,6 +2,7 @@
 unknown lessons get one-line errors naming what is wrong, and the Chinese text uses the glossary's terms."""
 
 import os
+import runpy
 import sys
 from pathlib import Path
 
@@ -59,6 +60,13 @@ def test_the_untouched_exercise_is_the_lessons_mistake_and_not_fixed(tmp_path, n
         assert label == measure.en
         assert abs(yours - mistake) <= measure.tolerance, label  # the file holds the lesson's own mistake
         assert abs(yours - correct) > measure.tolerance, label
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_the_exercise_runs_on_its_own_and_shows_the_symptom(tmp_path, capsys, name):
+    folder = write_exercise(name, tmp_path)
+    runpy.run_path(str(folder / "exercise.py"), run_name="__main__")  # as `python exercise.py` runs it
+    assert capsys.readouterr().out.strip()
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
