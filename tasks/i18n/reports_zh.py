@@ -62,6 +62,7 @@ _CELL_RULES: list[tuple[str, str]] = [
     (r"^↳ (\S+), resized by (\S+)(?: \((\S+)\))?$",
      lambda m: f"↳ {m.group(1)}，尺寸由 {m.group(2)} 决定" + (f"（{m.group(3)}）" if m.group(3) else "")),
     (r" \((sizes|also here|token count|undeclared!)\)", lambda m: f"（{_KINDS[m.group(1)]}）"),
+    (r"\bundeclared differences\b", "未声明的差异"),
     (r" \(lower\)$", "（越低越好）"),
     (r"^needs (--seeds \d+) or more: the noise floor is baseline vs baseline with another seed \(got (\d+)\)$",
      r"需要 \1 或更多：噪声基底要用基线与换了种子的基线相比（现有 \2 个）"),  # tasks.compare.folds.across_datasets
@@ -117,8 +118,8 @@ _SENTENCES: list[tuple[str, str]] = [
      r"指标：\2 折验证病例合在一起的 \1（\3；每个病例只出现一次，由没有用它训练的那一折预测；折：\4），逐病例配对。"),
     (r"the task's embedded data", "任务自带的数据"),
     (r" Recipes: each side trains with its own recipe \((.+?)\)\.", r"训练配方：每一方用自己的配方（\1）。"),
-    (r" Recipes: one shared recipe for every side: (.+?)\.$", r"训练配方：所有方共用一个配方：\1。"),
-    (r" Recipes differ between the rows: (.+?)\.$", r"各行的训练配方不同：\1。"),
+    (r" Recipes: one shared recipe for every side: (\S+?)\.(?= |$)", r"训练配方：所有方共用一个配方：\1。"),
+    (r" Recipes differ between the rows: (.+?)\.(?= The runs|$)", r"各行的训练配方不同：\1。"),
     (r" \((its own|shared)\)", lambda m: f"（{CELLS[m.group(1)]}）"),
     (r" The runs trained one after another in one process\.", "各次运行在同一个进程中依次训练。"),
     (r" The runs trained on this machine, up to (\d+) at once, (\d+) thread\(s\) each \((`[^`]+`); (`[^`]+`) lists "
@@ -281,6 +282,18 @@ _SENTENCES: list[tuple[str, str]] = [
                                                                    r"目标语言 \2 个 token"),
     (r"^The classic side is (`[^`]+`) at preset (`[^`]+`) with every declared change reverted\.",
      r"经典一方是预设为 \2、还原了所有声明改动的 \1。"),
+    (r"^The variant's config differs from the classic side where none of its declared changes says so; every number "
+     r"below includes what these differences do \(the lines \*by undeclared differences\*\), which no declared change "
+     r"may be credited with:$",
+     "变体的配置在其声明的改动都未提及之处与经典一方不同；下面的每个数字都包含这些差异的作用（即*来自未声明差异*的行），"
+     "这部分不能算到任何声明的改动头上："),
+    (r"^- (`[^`]+` .+ → .+): no declared change reverts it; declare it or use the (\S+) value$",
+     r"- \1：没有声明的改动会还原它；请声明它，或使用 \2 的取值"),
+    (r"^- (`[^`]+` .+ → .+): no declared change reverts it; declare it or use (\S+)'s default$",
+     r"- \1：没有声明的改动会还原它；请声明它，或使用 \2 的默认值"),
+    (r" Note: no reference size: (\S+) has no preset ('[^']+'); compared at (\S+)'s own sizes, choices only\.$",
+     r"注意：没有参照尺寸：\1 没有预设 \2；按 \3 自己的尺寸比较，只比较选择。"),
+    (r"\bundeclared differences\b", "未声明的差异"),
     (r"^This \*is\* the classic base: nothing to compare\.$", "这*就是*经典基础模型：没有可比较的。"),
     (r"^The (.+?) changes? alters? a procedure \(how the model is trained or decoded\), not a layer: no parameters or "
      r"FLOPs of (?:its|their) own, so this diff shows none; training measures it \((`[^`]+`)\)\.$",

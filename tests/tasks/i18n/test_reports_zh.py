@@ -28,6 +28,7 @@ from tasks.i18n.glossary import check_terms
 from tasks.i18n.reports_zh import numbers, translate_report
 from tasks.study.report import write_report
 from tasks.study.study import analyse
+from tasks.sweeps.state import SWEEP_FILE
 from tests.plugin_helpers import isolated_registry
 from zoo.analysis.delta import measure
 from zoo.analysis.report import render_markdown
@@ -132,6 +133,17 @@ def _comparison(root: Path, kind: str, seeds: int, recipes: dict[str, str]) -> s
     return (root / kind / "out" / "report.md").read_text()
 
 
+def _baseline_alone(root: Path) -> str:
+    """``report.md`` of the baseline alone (nothing to test), its runs launched two at a time on this machine (as its
+    ``sweep.json`` says)."""
+    out = root / "alone"
+    out.mkdir(parents=True)
+    (out / SWEEP_FILE).write_text(json.dumps({"launcher": {"launcher": "local", "jobs": 2, "threads_per_run": 1}}))
+    groups = _groups(root, 2, dict.fromkeys(("dynunet", "unetr", "missformer"), "default"))
+    _build({"dynunet": groups["dynunet"]}, out, launch=SimpleNamespace())
+    return (out / "report.md").read_text()
+
+
 def _folds(root: Path) -> str:
     """``report.md`` of a cross-validation on two datasets (:func:`tasks.compare.folds.report_lines`): each dataset's
     comparison of its pooled folds (each run's mean over folds beside), then the statistics across the datasets, and a
@@ -199,7 +211,8 @@ def reports(tmp_path_factory) -> dict[str, str]:
     return {"compare": _comparison(root, "compare", 3, own),
             "ablate": _comparison(root, "ablate", 1, {**own, "unetr": "default"}),
             "shared recipe": _comparison(root, "shared", 1, dict.fromkeys(own, "default")),
-            "study": _study(root / "study"), "folds": _folds(root / "folds"), **_other_tasks(root / "tasks"),
+            "baseline alone": _baseline_alone(root / "alone"), "study": _study(root / "study"),
+            "folds": _folds(root / "folds"), **_other_tasks(root / "tasks"),
             "delta linear": render_markdown(measure("linear", task_shape("lm")))}
 
 
@@ -219,6 +232,8 @@ def test_the_fixtures_write_what_the_translation_must_cover(reports):
     assert "each side trains with its own recipe" in compare and "| worse |" in compare and "## Per class" in compare
     assert "Recipes differ between the rows" in ablate and "test-set noise only, 1 seed" in ablate
     assert "one shared recipe for every side" in shared
+    assert "No comparison: only the baseline was run" in reports["baseline alone"]
+    assert "The runs trained on this machine, up to 2 at once" in reports["baseline alone"]
     assert all(scope in study for scope in ("**general**", "**inconclusive**", "**not measured**", "## Not applied"))
     assert "across datasets" in reports["folds"] and "needs --seeds 2 or more" in reports["folds"]
     assert "McNemar's exact test" in reports["cifar, 1 seed(s)"] and "| p (sign-flip) |" in reports["cifar, 3 seed(s)"]
@@ -227,7 +242,8 @@ def test_the_fixtures_write_what_the_translation_must_cover(reports):
     assert len(english_left(compare)) > 20 and english_left(reports["delta linear"])  # the check finds English
 
 
-@pytest.mark.parametrize("name", ["compare", "ablate", "shared recipe", "study", "folds", "cifar, 1 seed(s)",
+@pytest.mark.parametrize("name", ["compare", "ablate", "shared recipe", "baseline alone", "study", "folds",
+                                  "cifar, 1 seed(s)",
                                   "cifar, 3 seed(s)", "translation", "delta linear"])
 def test_no_english_prose_is_left_and_every_number_is_kept(reports, name):
     _check(reports[name])
@@ -253,6 +269,18 @@ def test_delta_reports_of_other_variants(variant, task):
     """Resized parts and the by-change table (swin, deit), a procedure-only change (deit's objective), active
     parameters (moe), the classic base itself."""
     _check(render_markdown(measure(variant, task_shape(task), memory=False)))
+
+
+def test_a_delta_report_with_undeclared_differences():
+    """A variant whose presets differ from its classic counterpart where no change says so (one head, not four)."""
+    rmsnorm = get_variant("rmsnorm", "translation")
+    with isolated_registry():
+        register(dataclasses.replace(rmsnorm, name="rmsnorm-one-head",
+                                     presets={n: dict(v, heads=1) for n, v in rmsnorm.presets.items()}))
+        english = render_markdown(measure("rmsnorm-one-head", task_shape("translation"), preset="tiny", memory=False))
+    assert "## Undeclared differences" in english
+    chinese = _check(english)
+    assert "## 未声明的差异" in chinese and "- `heads` 4 → 1：没有声明的改动会还原它" in chinese
 
 
 def test_a_variant_without_chinese_text_keeps_its_english_lines():
