@@ -23,7 +23,8 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def stub(settings: LabSettings) -> LessonResult:
-    return LessonResult(("the mistake did this", "the right choice is that"), True, {"measured": 1.0})
+    return LessonResult(("the mistake did this", "the right choice is that"), True, {"measured": 1.0},
+                        verdict_zh=("错误做法造成了这个结果", "正确的做法是那样"))
 
 
 @pytest.fixture
