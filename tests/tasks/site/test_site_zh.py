@@ -209,3 +209,19 @@ def test_the_command_writes_the_chinese_site(site_both, tmp_path, capsys):
                  "classic", "--no-check", "--quiet", "--lang", "zh"]) == 0
     assert "wrote 2 variant pages, 1 lessons" in capsys.readouterr().out
     assert '<html lang="zh-CN">' in (tmp_path / "s" / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_plugin_variant_without_chinese_text_keeps_its_english_on_a_chinese_page(tmp_path):
+    from tasks.plugins.loader import load_user_dir
+    from tasks.site.page import escape
+    from tests.plugin_helpers import EXAMPLE, isolated_registry
+    from zoo.registry import get_variant
+
+    with isolated_registry():
+        load_user_dir(EXAMPLE)
+        variant = get_variant("swiglu")
+        build_site(tmp_path / "s", [], tmp_path / "no-lab", ["swiglu"], check=False, progress=False, lang="zh")
+    page = (tmp_path / "s" / "variants" / "swiglu" / "index.html").read_text()
+    assert '<html lang="zh-CN">' in page and f"<p>{escape(variant.summary)}</p>" in page
+    assert escape(variant.changes[0].flaw) in page and "对应文章：文章中没有哪一节对应这个页面。" in page
