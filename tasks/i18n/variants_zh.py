@@ -426,11 +426,6 @@ def change_text(variant: str | Variant, change: str, lang: str, task: str | None
     return own[change]
 
 
-def _spaced(text: str) -> str:
-    """``text`` after a Chinese word: a space first when it starts with a Latin letter or digit (用的是 Post-LN)."""
-    return f" {text}" if text[:1].isascii() and text[:1].isalnum() else text
-
-
 def reach_text(variant: str | Variant, change: str, part: str, lang: str, task: str | None = None) -> str:
     """How the declared change ``change`` reaches another ``part`` (its ``resizes`` or ``also_in``) in ``lang``."""
     registration = _registration(variant, task)
@@ -461,7 +456,7 @@ def change_markdown(variant: str | Variant, change: str, lang: str, heading: str
     classic, new, flaw = change_text(registration, change, lang)
     title = declared.part if declared.name == declared.part else f"{declared.part}: {declared.name}"
     lines = [f"{heading}# {title}（{scope_text(declared.scope, lang)}）", "",
-             f"经典模型用的是{_spaced(classic)}；这个变体用的是{_spaced(new)}。原因：{flaw}。", ""]
+             f"经典做法：{classic}；本变体：{new}。原因：{flaw}。", ""]
 
     def how(parts: dict[str, str]) -> str:
         return "；".join(f"{part}（{reach_text(registration, change, part, lang)}）" for part in parts)

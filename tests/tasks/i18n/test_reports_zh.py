@@ -259,7 +259,7 @@ def test_verdicts_headings_and_stories_in_chinese(reports):
     assert "适用范围：**通用**" in study and "| 否 |" in study and "| **是** |" in study
     delta = _check(reports["delta linear"])
     assert "用 φ = elu + 1 的线性注意力取代 softmax 注意力" in delta  # the summary, from variants_zh
-    assert "经典模型用的是 softmax(QKᵀ/√d)V" in delta and "## attention（通用）" in delta
+    assert "经典做法：softmax(QKᵀ/√d)V" in delta and "## attention（通用）" in delta
 
 
 @pytest.mark.slow
@@ -269,6 +269,16 @@ def test_delta_reports_of_other_variants(variant, task):
     """Resized parts and the by-change table (swin, deit), a procedure-only change (deit's objective), active
     parameters (moe), the classic base itself."""
     _check(render_markdown(measure(variant, task_shape(task), memory=False)))
+
+
+def test_a_reworded_template_leaves_english_that_the_check_finds(tmp_path, monkeypatch):
+    """What keeps the phrase table in step with the generators: reword one of their templates (the cost line), and
+    the translation of the report it writes keeps English prose, which the tests above refuse."""
+    import tasks.compare.report
+
+    monkeypatch.setattr(tasks.compare.report, "COST_LINE", "- Cost: the forward FLOPs of one input, counted by zoo diff.")
+    left = english_left(translate_report(_baseline_alone(tmp_path)))
+    assert any("of one input" in run for run in left), left
 
 
 def test_a_delta_report_with_undeclared_differences():
