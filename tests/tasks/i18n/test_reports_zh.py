@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import tasks.compare.report
 import tasks.runs.run
 from tasks.compare import sweep
 from tasks.compare.folds import across_datasets, fold_scores, report_lines
@@ -274,9 +275,8 @@ def test_delta_reports_of_other_variants(variant, task):
 def test_a_reworded_template_leaves_english_that_the_check_finds(tmp_path, monkeypatch):
     """What keeps the phrase table in step with the generators: reword one of their templates (the cost line), and
     the translation of the report it writes keeps English prose, which the tests above refuse."""
-    import tasks.compare.report
-
-    monkeypatch.setattr(tasks.compare.report, "COST_LINE", "- Cost: the forward FLOPs of one input, counted by zoo diff.")
+    reworded = "- Cost: the forward FLOPs of one input, counted by zoo diff."
+    monkeypatch.setattr(tasks.compare.report, "COST_LINE", reworded)
     left = english_left(translate_report(_baseline_alone(tmp_path)))
     assert any("of one input" in run for run in left), left
 
