@@ -45,6 +45,11 @@ CELLS: dict[str, str] = {
     "**total**": "**合计**", "(the base)": "（基础模型）", "its own": "自己的", "shared": "共用",
 }
 _CELL_RULES: list[tuple[str, str]] = [
+    # an ablation's rows (tasks.compare.sweep.ablate and recipe_entry): a change reverted, the recipe's own row
+    (r"^without (.+)$", r"去掉 \1"),
+    (r"^own vs shared recipe \(this row: shared (\S+)\)$", r"自己的配方 vs 共用配方（本行：共用 \1）"),
+    (r"^recipe: own (\S+) -> shared (\S+) \(training only, the network unchanged\)$",
+     r"配方：自己的 \1 -> 共用的 \2（只改训练，网络不变）"),
     (r"^test-set noise only, (\d+) seeds?$", r"仅测试集噪声，\1 个种子"),
     (r"\[(\S+%) CI, seeds and test set\]", r"[\1 置信区间，种子与测试集]"),
     (r"\[(\S+%) CI, test set\]", r"[\1 置信区间，测试集]"),

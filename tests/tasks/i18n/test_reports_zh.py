@@ -24,7 +24,7 @@ from tasks.compare.folds import across_datasets, fold_scores, report_lines
 from tasks.compare.meta import Cell
 from tasks.compare.paired import task_metrics
 from tasks.compare.run_results import RunResult
-from tasks.engine.registry import task_shape
+from tasks.engine.registry import task_class, task_shape
 from tasks.i18n.glossary import check_terms
 from tasks.i18n.reports_zh import numbers, translate_report
 from tasks.study.report import write_report
@@ -122,15 +122,23 @@ def _build(groups: dict[str, list[RunResult]], out: Path, task: str = "medseg", 
     cost = {"parts changed": "attention, stacking", "params": 1000, "GFLOPs": 1.5, "steps": 40.0,
             "train_TFLOPs": None, "items/s": 12.5, "wall s": 30.0, "peak MiB": 512.0}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sweep, "_cost", lambda *args: cost)
+        patch.setattr(sweep, "_cost", lambda task, runs, run, parts: {**cost, "parts changed": parts or "attention"})
         patch.setattr(sweep, "_run_undeclared", lambda *args: [])
         patch.setattr(tasks.runs.run, "load_run", lambda path: SimpleNamespace(task=SimpleNamespace(variant=None)))
         return sweep.build_comparison(task, groups, reference, out, **options)
 
 
 def _comparison(root: Path, kind: str, seeds: int, recipes: dict[str, str]) -> str:
-    """``report.md`` of a comparison (``kind`` compare) or an ablation (ablate) of planted runs."""
-    _build(_groups(root / kind, seeds, recipes), root / kind / "out", kind=kind)
+    """``report.md`` of a comparison (``kind`` compare) or an ablation (ablate) of planted runs. An ablation's rows
+    are labelled as ``zoo ablate`` labels them: a change reverted (``without NAME``, its f-string: ablate trains) and
+    the recipe row of :func:`tasks.compare.sweep.recipe_entry` (dynunet declares its own recipe, nnunet)."""
+    groups = _groups(root / kind, seeds, recipes)
+    parts = {}
+    if kind == "ablate":
+        recipe = sweep.recipe_entry(task_class("medseg"), get_variant("dynunet", "medseg"), None)
+        groups = {"dynunet": groups["dynunet"], recipe.label: groups["unetr"], "without stacking": groups["missformer"]}
+        parts = {recipe.label: recipe.parts}
+    _build(groups, root / kind / "out", kind=kind, parts=parts)
     return (root / kind / "out" / "report.md").read_text()
 
 
@@ -231,6 +239,7 @@ def test_the_fixtures_write_what_the_translation_must_cover(reports):
     """The planted inputs reach the templates the phrase table is tested on (each a different generator path)."""
     compare, ablate, shared, study = (reports[k] for k in ("compare", "ablate", "shared recipe", "study"))
     assert "each side trains with its own recipe" in compare and "| worse |" in compare and "## Per class" in compare
+    assert "| own vs shared recipe (this row: shared default) | default | recipe: own nnunet -> shared" in ablate
     assert "Recipes differ between the rows" in ablate and "test-set noise only, 1 seed" in ablate
     assert "one shared recipe for every side" in shared
     assert "No comparison: only the baseline was run" in reports["baseline alone"]
