@@ -95,7 +95,8 @@ def plot(comparisons: dict[str, dict[str, Any]], metrics: list[str], out: Path) 
     return out
 
 
-def pair(groups: list[tuple[str, list[str]]], out: Path, alpha: float = 0.05) -> dict[str, Any]:
+def pair(groups: list[tuple[str, list[str]]], out: Path, alpha: float = 0.05,
+         title: str = "zoo compare medseg, runs grouped by label") -> dict[str, Any]:
     """The comparison of finished medseg runs grouped by the labels given (the first group the reference), as
     ``zoo compare --runs`` builds one; each group's runs are checked as seeds of one experiment."""
     from tasks.compare.run_results import group_by_variant, read_result
@@ -110,7 +111,7 @@ def pair(groups: list[tuple[str, list[str]]], out: Path, alpha: float = 0.05) ->
         if len(seeds) != 1:
             raise ValueError(f"--group {label!r} holds runs of {', '.join(seeds)}; give one variant's runs per group")
         grouped[label] = next(iter(seeds.values()))
-    return build_comparison("medseg", grouped, labels[0], out, alpha=alpha)
+    return build_comparison("medseg", grouped, labels[0], out, alpha=alpha, title=title)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="a group's label and its runs (seeds); the first group is the reference")
     p.add_argument("--out", required=True, type=Path, help="folder for results.json and report.md")
     p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--title", default="zoo compare medseg, runs grouped by label", help="report.md's title")
     p = commands.add_parser("plot", help="the rows' Δ with their intervals, from results.json files")
     p.add_argument("results", nargs="+", metavar="NAME=RESULTS_JSON", help="a comparison's name and results.json")
     p.add_argument("--metrics", default="dice,nsd", help="comma-separated metric keys (default: dice,nsd)")
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "pair":
         groups = [(label, value.split(",")) for label, value in (split_pair(g, "--group") for g in args.group)]
-        comparison = pair(groups, args.out, args.alpha)
+        comparison = pair(groups, args.out, args.alpha, args.title)
         print(comparison["table"])
         print(f"written to {args.out}/ (report.md, results.json)")
         return
