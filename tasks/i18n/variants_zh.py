@@ -110,7 +110,7 @@ _MISSFORMER: dict[str, tuple[str, str, str]] = {
     "bridge": ("每个尺度各自通过自己的跳跃连接到达解码器（或者根本没有解码器）",
                "上下文桥：把所有阶段的 token 融合成一条序列联合做注意力（键按阶段缩减），再在每个阶段接一个 ReMix-FFN",
                "各自独立的跳跃连接无法把跨尺度的全局上下文带进解码器"),
-    "position": (_SINUSOIDS, "不用位置编码：ReMix-FFN 中补零的深度卷积会泄露位置信息",
+    "position": (_SINUSOIDS, "不用位置编码：ReMix-FFN 里补零的深度卷积本身就带出了位置信息",
                  "为某个 token 数设计的位置编码，在测试分辨率不同时必须插值"),
     "norm": (_POST_LN, f"{_PRE_LN}，并在每个编码器阶段末尾加一个层归一化",
              f"{_POST_LN_FLAW}，因此深层堆叠需要谨慎的预热"),
@@ -126,8 +126,10 @@ def _missformer_embedding(kernel: str) -> tuple[str, str, str]:
 # MONAI's 3D SwinUNETR, which swinunetr-v2 keeps and adds a change to.
 _SWINUNETR: dict[str, tuple[str, str, str]] = {
     "attention": (_GLOBAL_3D,
-                  "移位窗口注意力：7×7×7 体素的窗口，每隔一个块移位半个窗口，每个窗口内偏移有一个可学习的相对位置偏置",
-                  "在一个体积的 token 上做全局注意力代价为 O(N²)：64³ 图像块在第 1 阶段有 32×32×32 = 32,768 个 token"),
+                  "移位窗口注意力：7×7×7 体素的窗口，每隔一个块移位半个窗口，"
+                  "每种窗口内偏移对应一个可学习的相对位置偏置",
+                  "在一个体数据的所有 token 上做全局注意力，代价为 O(N²)："
+                  "64³ 图像块在第 1 阶段有 32×32×32 = 32,768 个 token"),
     "embedding": (_VOCABULARY, "2×2×2 体素的图像块，经带步长的 3D 卷积投影", _NOT_SYMBOLS),
     "stacking": (_ISOTROPIC, _UNET, _DENSE),
 }
@@ -145,22 +147,20 @@ SUMMARIES: dict[str, str] = {
     "t5-bias": "每个注意力分数上加一个可学习的标量，按头和对数间隔的距离桶区分（T5）。",
     "nope": "完全不用位置方案：仅凭因果注意力，token 就能知道自己在哪里。",
     "gelu": "前馈网络的两层线性层之间用 GELU 取代 ReLU（GPT、BERT）。",
-    "linear": "用 φ = elu + 1 的线性注意力取代 softmax 注意力。每个头的代价模型（FLOPs = 2·MACs）：softmax 约为 QKᵀ 的 "
-              "2N²d 加上权重乘 V 的 2N²d，内存 N²；线性注意力约为 φ(K)ᵀV 的 2Nd² 加上 φ(Q)·S 的 2Nd²，"
-              "内存随 N 线性增长；"
-              "N = d 时 FLOPs 相等，N 更大时线性注意力更省。实测与融合 softmax 的墙钟时间交叉点（CPU，前向 + 反向，"
-              "d_head 64）：N* ≈ 250 个 token（因果：≈ 400）；见 benchmarks/bench_linear.py。",
+    "linear": "用 φ = elu + 1 的线性注意力取代 softmax 注意力。每个头的代价模型（FLOPs = 2·MACs）："
+              "softmax 约为 QKᵀ 的 2N²d 加上权重乘 V 的 2N²d，内存 N²；"
+              "线性注意力约为 φ(K)ᵀV 的 2Nd² 加上 φ(Q)·S 的 2Nd²，内存随 N 线性增长；"
+              "N = d 时 FLOPs 相等，N 更大时线性注意力更省。实测与融合 softmax 的墙钟时间交叉点"
+              "（CPU，前向 + 反向，d_head 64）：N* ≈ 250 个 token（因果：≈ 400）；见 benchmarks/bench_linear.py。",
     "missformer": "四阶段编码器中使用空间缩减注意力和 ReMix-FFN，一个跨尺度的上下文桥，"
                   "以及输出逐像素 logits 的 U 形解码器。",
     "missformer3d": "MISSFormer 的各个部件用在体数据上：3D 重叠图像块嵌入；高效注意力，其键来自每边缩小 R× 的特征图"
                     "（键少 R³ 倍）；3×3×3 的 ReMix-FFN；覆盖所有阶段 3D token 的上下文桥；"
                     "以及带 2×2×2 图像块扩展的 U 形解码器。",
-    "moe": "每隔一层的前馈网络变成 8 个专家；路由器把每个 token 送往得分最高的 2 个专家（训练时按序列设容量、"
-           "位置靠前的 "
-           "token 优先；评估时不丢弃 token）。",
+    "moe": "每隔一层的前馈网络变成 8 个专家；路由器把每个 token 送往得分最高的 2 个专家"
+           "（训练时按序列设容量、位置靠前的 token 优先；评估时不丢弃 token）。",
     "swinunetr3d": "MONAI 的 3D SwinUNETR（CPU 上特征数 12，论文中 48）：在 3D 图像块上的四个 Swin 阶段，"
-                   "阶段间做图像块合并，"
-                   "再由残差 CNN 解码器输出逐体素 logits。",
+                   "阶段间做图像块合并，再由残差 CNN 解码器输出逐体素 logits。",
     "unetr": "MONAI 的 UNETR：在 16³ 体素图像块上的 12 层 ViT（CPU 上宽度 192，论文中 768），其第 3、6、9、"
              "12 层送入一个 CNN 解码器。",
     "dynunet": "3D CNN 基线：MONAI 的 DynUNet，采用 nnU-Net 的 3d_fullres 几何结构，根据数据的体素间距和图像块大小规划"
@@ -168,8 +168,7 @@ SUMMARIES: dict[str, str] = {
     "swinunetr-v2": "MONAI 的 SwinUNETR 开启 use_v2：在 swinunetr3d 的基础上，每个 Swin 阶段开头加一个残差卷积块"
                     "（zoo ablate swinunetr-v2 --task medseg 会把它还原）。",
     "resenc": "nnU-Net ResEnc 的残差编码器 U-Net（dynamic-network-architectures，即 nnunet 扩展），"
-              "与 dynunet 一样根据数据的"
-              "体素间距和图像块规划，每个阶段的块数取 ResEnc M 的设置。",
+              "与 dynunet 一样根据数据的体素间距和图像块规划，每个阶段的块数取 ResEnc M 的设置。",
     "segresnet": "按 Auto3DSeg 的训练方式配置的 MONAI SegResNetDS（实例归一化；CPU 上 16 个滤波器，"
                  "Auto3DSeg 中 32 个）。",
     "mednext": "MONAI 的 MedNeXt：由 ConvNeXt 块组成的 U-Net，规模取论文的 S、B、M、L（同名预设；"
@@ -204,14 +203,12 @@ CHANGES: dict[str, dict[str, tuple[str, str, str]]] = {
         "objective": ("对真实标签的交叉熵",
                       "硬蒸馏（论文中更好的选择）：½·CE(类别输出头, 标签) + ½·CE(蒸馏输出头, 教师的 arg-max 预测)；"
                       "本身没有参数和 FLOPs",
-                      "没有卷积的局部性先验，ViT 在小数据上会过拟合；"
-                      "CNN 教师把这一先验以预测的形式（在同样增强过的图像上）"
-                      "传递过来，这是标签本身给不了的"),
+                      "没有卷积的局部性先验，ViT 在小数据上会过拟合；CNN 教师把这一先验以预测的形式"
+                      "（在同样增强过的图像上）传递过来，这是标签本身给不了的"),
     },
     "t5-bias": {"position": (_ABSOLUTE,
                              "按头和 j - i 的距离桶学习一个偏置（32 个桶，往前 15 以内精确，对数间隔到 128，"
-                             "再远的归入一个桶），"
-                             "加到每个自注意力分数上，所有层共享",
+                             "再远的归入一个桶），加到每个自注意力分数上，所有层共享",
                              f"{_DISTANCE_FLAW}，而固定的曲线无法学会哪些距离重要")},
     "nope": {"position": (_ABSOLUTE, "什么都不加：token 只看得到自己的前缀，这足以推断顺序",
                           "显式的位置方案把模型绑定在训练时见过的位置上，超出后外推很差")},
@@ -252,8 +249,7 @@ CHANGES: dict[str, dict[str, tuple[str, str, str]]] = {
         "attention": (_SOFTMAX, "不用注意力：预激活残差块中的 3D 卷积", _CNN_BASELINE),
         "stacking": (_ISOTROPIC,
                      "残差 CNN 编码器每个阶段减半，轻量解码器每个阶段一个块（MONAI 的 SegResNetDS，"
-                     "不含论文的变分自编码器分支），"
-                     "深度监督时每个解码器阶段都有一个输出头",
+                     "不含论文的变分自编码器分支），深度监督时每个解码器阶段都有一个输出头",
                      _DENSE),
     },
     "mednext": {
@@ -272,13 +268,12 @@ CHANGES: dict[str, dict[str, tuple[str, str, str]]] = {
                       "在 W×W 窗口内做 softmax 注意力，每隔一个块移位 ⌊W/2⌋（W-MSA / SW-MSA）："
                       "代价随 token 数线性而非平方增长",
                       "代价随 token 数呈平方增长，在密集视觉任务的 token 数下难以承受"),
-        "position": ("绝对的正余弦位置编码在开头加到嵌入上一次", "窗口内每个相对偏移一个可学习的偏置，"
-                                                                 "在每个块中加到分数上",
+        "position": ("绝对的正余弦位置编码在开头加到嵌入上一次",
+                     "窗口内每个相对偏移一个可学习的偏置，在每个块中加到分数上",
                      "绝对位置不具备平移不变性；图像中重要的是相对布局"),
         "stacking": ("单一分辨率和宽度上的各向同性堆叠，标签由编码器–解码器读出",
                      "分阶段的层级结构，分辨率为图像的 1/P、1/2P、1/4P、…（Swin-T：4 个阶段，1/4 … 1/32），"
-                     "阶段之间做图像块合并，"
-                     "最后全局平均池化",
+                     "阶段之间做图像块合并，最后全局平均池化",
                      "单一尺度：没有供密集预测使用的多尺度特征图，而且每一层都要付出全分辨率的代价"),
         "embedding": (_VOCABULARY, "每个 P×P 图像块线性投影，再接层归一化",
                       "由图像块符号组成的离散词表丢掉了像素的细节"),
