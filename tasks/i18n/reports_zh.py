@@ -117,6 +117,10 @@ _SENTENCES: list[tuple[str, str]] = [
     (rf"{_NUM} s of training per run \(optimizer steps; evaluation not counted\)",
      r"每次运行训练 \1 秒（只计优化器步骤，不计评估）"),
     (r", at most (\d+) epochs", r"，最多 \1 个 epoch"),
+    (r"(\S+) training FLOPs per run \(training FLOPs = (\d+) × forward FLOPs of each step's batches, counted by zoo "
+     r"diff's counter \(2·MACs of matmuls/convolutions/attention, math attention backend\)\)",
+     r"每次运行 \1 训练 FLOPs（训练 FLOPs = \2 × 每一步批次的前向 FLOPs，用 zoo diff 的计数器计数："
+     r"矩阵乘/卷积/注意力的 2·MACs，math 注意力后端）"),
     (r"Metric: (\w+) (.+?), paired on the same test examples\.", r"指标：\1 划分上的 \2，在相同的测试样本上配对。"),
     (r"Metric: (.+?) on the (\d+) folds' validation cases together \((.+?); each case once, predicted by the fold "
      r"that did not train on it; folds: (.+?)\), paired case by case\.",
@@ -130,6 +134,9 @@ _SENTENCES: list[tuple[str, str]] = [
     (r" The runs trained on this machine, up to (\d+) at once, (\d+) thread\(s\) each \((`[^`]+`); (`[^`]+`) lists "
      r"every run's state\)\.", r"各次运行在本机训练，最多 \1 个同时进行，每个 \2 个线程（\3；"
                                r"\4 列出每次运行的状态）。"),
+    (r" The runs trained as submitit jobs \((\S+) executor\), up to (\d+) at once, (\d+) thread\(s\) each "
+     r"\((`[^`]+`); (`[^`]+`) lists every run's state\)\.",
+     r"各次运行作为 submitit 作业训练（\1 执行器），最多 \2 个同时进行，每个 \3 个线程（\4；\5 列出每次运行的状态）。"),
     (r" The runs trained as Ray tasks on (.+?), up to (\d+) at once, (\d+) thread\(s\) each \((`[^`]+`); (`[^`]+`) "
      r"lists every run's state\)\.",
      r"各次运行作为 Ray 任务在 \1 上训练，最多 \2 个同时进行，每个 \3 个线程（\4；\5 列出每次运行的状态）。"),

@@ -85,8 +85,10 @@ def _other_tasks(root: Path) -> dict[str, str]:
                 guess = np.where(rng.random(200) < right, labels, rng.integers(0, 10, 200))
                 records = [{"id": i, "label": int(y), "prediction": int(g)}
                            for i, (y, g) in enumerate(zip(labels, guess, strict=True))]
+                flops = {"kind": "flops", "value": 2e12} if variant == "linear" else None  # budgets that differ
                 runs.append(_finished(root / f"cifar{seeds}" / f"{variant}-{seed}", "cifar", variant, {"seed": seed},
-                                      {"class_names": [str(k) for k in range(10)]}, records, "sha256:" + "2" * 64))
+                                      {"class_names": [str(k) for k in range(10)]}, records, "sha256:" + "2" * 64,
+                                      flops))
             groups[variant] = runs
         out = root / f"cifar{seeds}" / "out"
         _build(groups, out, task="cifar", reference="vit")
@@ -246,6 +248,8 @@ def test_the_fixtures_write_what_the_translation_must_cover(reports):
     assert "The runs trained on this machine, up to 2 at once" in reports["baseline alone"]
     assert all(scope in study for scope in ("**general**", "**inconclusive**", "**not measured**", "## Not applied"))
     assert "across datasets" in reports["folds"] and "needs --seeds 2 or more" in reports["folds"]
+    cifar = reports["cifar, 1 seed(s)"]
+    assert "budgets that differ" in cifar and "training FLOPs per run" in cifar
     assert "McNemar's exact test" in reports["cifar, 1 seed(s)"] and "| p (sign-flip) |" in reports["cifar, 3 seed(s)"]
     assert "each seed was scored on its own data" in reports["translation"] and "s of training per run" in \
         reports["translation"]
