@@ -74,7 +74,7 @@ _CELL_RULES: list[tuple[str, str]] = [
 ]
 _KINDS = {"sizes": "尺寸", "also here": "此处也有", "token count": "token 数", "undeclared!": "未声明！"}
 _REGIMES = {"shared": "共用", "tuned": "调参后"}
-# metric titles and units as they appear inside cells and sentences (the task runners' PairedMetric titles)
+# metric titles and units, in cells and sentences alike (the task runners' PairedMetric titles and units)
 _METRIC_RULES: list[tuple[str, str]] = [
     (r"\blong BLEU\b", "长句 BLEU"), (r"\bbits/char\b", "比特/字符"), (r"^loss\b", "损失"),
     (r" ?\(voxels\)", "（体素）"), (r" ?\(nats/token\)", "（nats/token）"),
@@ -365,25 +365,27 @@ def _rule(line: str, alpha: str, unit: str, level: str, z_alpha: str, margin: st
     g = _UNITS[unit]
     lead = "- " if line.startswith("- ") else "跨数据集的适用范围规则：" if line.startswith("The scope") else ""
     return (f"{lead}一个单元的配对 t 检验 p 值（在整个研究的所有单元上做 Holm 校正）低于 {alpha} 时，该单元为*显著*；"
-            f"一个{g}的*方向*是它显著单元的符号（没有显著单元或两种符号都有：无方向）。效应是以一次基础运行的种子间 SD"
-            f"（噪声基底）为单位的平均差。**通用**：随机效应合并的 {level} % 区间不含 0，"
-            f"超过一半的{g}以合并符号为方向，"
-            f"每个{g}的平均效应都是该符号，且没有单元在相反方向上显著。**特定于{g}**：不是通用，且提出该改动的每个{g}"
-            f"（若未声明：每个有方向的{g}）方向相同，其他{g}没有方向或方向相反，"
-            f"并且两组的逆方差加权平均效应在 {z_alpha} "
-            f"水平的 z 检验下按该方向不同。**无效果**：没有显著单元，且合并区间落在 ±{margin} 以内。**无定论**："
-            "其他一切"
-            f"情况；它会说明每方需要多少个种子，才能让每个单元的配对检验在 Holm 最严格的水平（{holm} / 单元数）下，"
-            "对合并"
-            f"效应大小或 ±{larger}（取较大者）的效应达到 {power} % 的功效，按观测到的方差计。")
+            f"一个{g}的*方向*是它显著单元的符号（没有显著单元或两种符号都有：无方向）。"
+            f"效应是以一次基础运行的种子间 SD（噪声基底）为单位的平均差。"
+            f"**通用**：随机效应合并的 {level} % 区间不含 0，超过一半的{g}以合并符号为方向，"
+            f"每个{g}的平均效应都是该符号，且没有单元在相反方向上显著。"
+            f"**特定于{g}**：不是通用，且提出该改动的每个{g}（若未声明：每个有方向的{g}）方向相同，"
+            f"其他{g}没有方向或方向相反，并且两组的逆方差加权平均效应在 {z_alpha} 水平的 z 检验下按该方向不同。"
+            f"**无效果**：没有显著单元，且合并区间落在 ±{margin} 以内。"
+            f"**无定论**：其他一切情况；它会说明每方需要多少个种子，才能让每个单元的配对检验"
+            f"在 Holm 最严格的水平（{holm} / 单元数）下，对合并效应大小或 ±{larger}（取较大者）的效应"
+            f"达到 {power} % 的功效，按观测到的方差计。")
 
 
 def _why_not(reason: str) -> str:
     """A study's "Not applied" reason in Chinese (:func:`tasks.i18n.variants_zh.why_not_text`); a config's own refusal,
     which no table can know in advance, as it is."""
-    from tasks.i18n.variants_zh import WHY_NOT
+    from tasks.i18n.variants_zh import why_not_text
 
-    return WHY_NOT.get(reason, reason)
+    try:
+        return why_not_text(reason, "zh")
+    except KeyError:
+        return reason
 
 
 def numbers(text: str) -> list[str]:
@@ -458,5 +460,5 @@ def translate_report(markdown: str) -> str:
         elif line.startswith("#"):
             out.append(_heading(line))
         else:
-            out.append(_apply(_METRIC_RES[:2], _apply(_SENTENCE_RES, line)))
+            out.append(_apply(_METRIC_RES, _apply(_SENTENCE_RES, line)))
     return "\n".join(out)
