@@ -132,8 +132,8 @@ _SENTENCES: list[tuple[str, str]] = [
     (r" \((its own|shared)\)", lambda m: f"（{CELLS[m.group(1)]}）"),
     (r" The runs trained one after another in one process\.", "各次运行在同一个进程中依次训练。"),
     (r" The runs trained on this machine, up to (\d+) at once, (\d+) thread\(s\) each \((`[^`]+`); (`[^`]+`) lists "
-     r"every run's state\)\.", r"各次运行在本机训练，最多 \1 个同时进行，每个 \2 个线程（\3；"
-                               r"\4 列出每次运行的状态）。"),
+     r"every run's state\)\.",
+     r"各次运行在本机训练，最多 \1 个同时进行，每个 \2 个线程（\3；\4 列出每次运行的状态）。"),
     (r" The runs trained as submitit jobs \((\S+) executor\), up to (\d+) at once, (\d+) thread\(s\) each "
      r"\((`[^`]+`); (`[^`]+`) lists every run's state\)\.",
      r"各次运行作为 submitit 作业训练（\1 执行器），最多 \2 个同时进行，每个 \3 个线程（\4；\5 列出每次运行的状态）。"),
@@ -166,8 +166,7 @@ _SENTENCES: list[tuple[str, str]] = [
     (r"Wilcoxon signed-rank test \(SciPy\) on per-case (.+?) averaged over seeds \(and over a case's organs for the "
      r"mean over organs\): a test of the median shift, which can disagree with the mean's Δ",
      r"对逐病例、种子平均后的 \1 做 Wilcoxon 符号秩检验（SciPy；器官均值时也在病例的器官间平均）："
-     r"检验的是中位数的偏移，"
-     r"可能与均值的 Δ 不一致"),
+     r"检验的是中位数的偏移，可能与均值的 Δ 不一致"),
     # tasks.compare.report.explain_tests
     (r"^- No comparison: only the baseline was run\. Intervals of the means: (.+)\.$",
      r"- 没有比较：只运行了基线。均值的区间：\1。"),
@@ -187,9 +186,8 @@ _SENTENCES: list[tuple[str, str]] = [
      r"- 每个数字的不确定性涵盖什么。*均值 [95% 置信区间]*（\1）：多个种子时是种子间的离散（在所有种子共用的测试集上，"
      r"不含测试集本身的抽样；数据随种子而定时两者都含）；一个种子时是测试集的。*Δ [置信区间]、p、p (Holm)、结论*："
      r"只含测试集噪声，种子平均后的系统视为固定。*计入种子的*区间、p 和结论：种子间的离散加上测试集的：一个 t 区间，"
-     r"对每个变体的各种子得分做 Welch 检验并加上测试集的 bootstrap 方差（数据随种子而定时，"
-     r"对种子对的 Δ 做配对 t 检验）；"
-     r"每方少于 \2 个种子时不计算，结论写作“仅测试集噪声”。*方向一致的种子*：单独看自己的 Δ（相对参照方在相同数据上的"
+     r"对每个变体的各种子得分做 Welch 检验并加上测试集的 bootstrap 方差"
+     r"（数据随种子而定时，对种子对的 Δ 做配对 t 检验）；每方少于 \2 个种子时不计算，结论写作“仅测试集噪声”。*方向一致的种子*：单独看自己的 Δ（相对参照方在相同数据上的"
      r"均值）与平均 Δ 同号的种子，只是计数，不是检验。"),
     (r"Student t over (\d+) seeds", r"\1 个种子上的 Student t"),
     (r"bootstrap of the test set \((\d+) resamples; one seed\)", r"测试集 bootstrap（\1 次重采样；一个种子）"),
@@ -285,13 +283,14 @@ _SENTENCES: list[tuple[str, str]] = [
     # zoo.analysis.report.render_markdown
     (r"^Paper: (\[[^]]+\]\([^)]+\)) \((\d+)\)\. Task (`[^`]+`), preset (`[^`]+`), measured on (.+)\.$",
      r"论文：\1（\2）。任务 \3，预设 \4，测量的输入：\5。"),
-    (r"one 32×32 single-channel image \(the embedded Fashion-MNIST, padded\)", "一张 32×32 单通道图像（自带的 "
-     "Fashion-MNIST，经过填充）"),
-    (r"one window of (\d+) tokens \(max_len, the model's context\)", r"一个 \1 个 token 的窗口（max_len，"
-                                                                     r"模型的上下文）"),
+    # the task runners' TaskShape descriptions: the input the delta analysis measures on
+    (r"one 32×32 single-channel image \(the embedded Fashion-MNIST, padded\)",
+     "一张 32×32 单通道图像（自带的 Fashion-MNIST，经过填充）"),
+    (r"one window of (\d+) tokens \(max_len, the model's context\)",
+     r"一个 \1 个 token 的窗口（max_len，模型的上下文）"),
     (r"one (\S+) single-channel slice \(the embedded phantom\)", r"一张 \1 的单通道切片（自带的体模）"),
-    (r"one sentence pair of (\d+) source and (\d+) target tokens", r"一个句对，源语言 \1 个 token、"
-                                                                   r"目标语言 \2 个 token"),
+    (r"one sentence pair of (\d+) source and (\d+) target tokens",
+     r"一个句对，源语言 \1 个 token、目标语言 \2 个 token"),
     (r"^The classic side is (`[^`]+`) at preset (`[^`]+`) with every declared change reverted\.",
      r"经典一方是预设为 \2、还原了所有声明改动的 \1。"),
     (r"^The variant's config differs from the classic side where none of its declared changes says so; every number "
@@ -327,8 +326,8 @@ _SENTENCES: list[tuple[str, str]] = [
      lambda m: f"- 注意力核在 {m.group(1)} token 数下的 MFLOPs，{_SIDES[m.group(2)]}：{m.group(3)}（∝ {m.group(4)}）"),
     (r"^- attention kernel FLOPs, (classic|variant): not counted$",
      lambda m: f"- 注意力核的 FLOPs，{_SIDES[m.group(1)]}：未计数"),
-    (r"^- activation memory of a training step: classic (.+?), variant (.+)$", r"- 一个训练步的激活内存：经典 \1，"
-                                                                               r"变体 \2"),
+    (r"^- activation memory of a training step: classic (.+?), variant (.+)$",
+     r"- 一个训练步的激活内存：经典 \1，变体 \2"),
     (r"^- parameters used per token \(active\): classic (\S+), variant (\S+) of (\S+) in total \(sparse layers count "
      r"what one token runs, e\.g\. k of E experts\)$",
      r"- 每个 token 用到的参数（激活参数）：经典 \1，变体 \2（总数 \3；稀疏层只计一个 token 实际运行的部分，例如 E 个"
