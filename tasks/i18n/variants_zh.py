@@ -366,6 +366,7 @@ WHY_NOT: dict[str, str] = {
 
 
 def _registration(variant: str | Variant, task: str | None) -> Variant:
+    """``variant`` itself when it is a registration, else the registration of that name for ``task``."""
     from zoo.registry import Variant, get_variant
 
     if isinstance(variant, Variant):
@@ -437,6 +438,19 @@ def reach_text(variant: str | Variant, change: str, part: str, lang: str, task: 
     return own[part]
 
 
+def no_revert_text(variant: str | Variant, change: str, lang: str, task: str | None = None) -> str:
+    """Why the declared change ``change`` cannot be reverted (its ``no_revert``) in ``lang``; "" when it can."""
+    registration = _registration(variant, task)
+    declared = registration.change(change)
+    if check_lang(lang) == "en" or not declared.no_revert:
+        return declared.no_revert
+    why = NO_REVERT.get(registration.name, {}).get(change)
+    if why is None:
+        raise KeyError(f"change {change!r} of variant {registration.name!r} has no Chinese text for why it cannot be "
+                       "reverted; add it to tasks/i18n/variants_zh.py NO_REVERT")
+    return why
+
+
 def change_markdown(variant: str | Variant, change: str, lang: str, heading: str = "#", task: str | None = None
                     ) -> str:
     """One declared change as a Markdown section in ``lang``: the text ``zoo diff`` shows
@@ -462,11 +476,7 @@ def change_markdown(variant: str | Variant, change: str, lang: str, heading: str
     if declared.also_in:
         lines += [f"同一改动也出现在其他部分：{how(declared.also_in)}。", ""]
     if declared.no_revert:
-        why = NO_REVERT.get(registration.name, {}).get(change)
-        if why is None:
-            raise KeyError(f"change {change!r} of variant {registration.name!r} has no Chinese text for why it cannot "
-                           "be reverted; add it to tasks/i18n/variants_zh.py NO_REVERT")
-        lines += [f"无法还原，因此下面既不测量也不做消融：{why}。", ""]
+        lines += [f"无法还原，因此下面既不测量也不做消融：{no_revert_text(registration, change, lang)}。", ""]
     return "\n".join(lines)
 
 
@@ -513,8 +523,10 @@ def why_not_text(reason: str, lang: str) -> str:
 
 
 def untranslated() -> list[str]:
-    """What has no Chinese text yet: each registered variant without a summary, each declared change and each
-    travelling change without a story (``"variant"``, ``"variant: change"``, ``"travelling change: name"``)."""
+    """What has no Chinese text yet: each registered variant without a summary, each declared change without its story
+    (or how it reaches other parts, or why it is not reverted), each travelling change without one, and each reason
+    a travelling change gives for a model it cannot apply to (``"variant (tasks)"``, ``"variant: change"``,
+    ``"travelling change: name"``, ``"why not: reason"``)."""
     from zoo.changes import catalogue
     from zoo.registry import list_variants, registrations
 

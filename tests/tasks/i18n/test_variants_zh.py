@@ -14,6 +14,7 @@ from tasks.i18n.reports_zh import numbers
 from tasks.i18n.variants_zh import (
     change_markdown,
     change_text,
+    no_revert_text,
     part_text,
     reach_text,
     scope_text,
@@ -94,6 +95,8 @@ def test_a_change_section_reads_line_for_line_as_zoo_diff_writes_it():
     with pytest.raises(ValueError, match="'embedding'"):
         reach_text(swin, "stacking", "embedding", "zh")  # a part the change does not reach
     assert "无法还原" in change_markdown("unetr", "position", "zh")  # a change MONAI has no switch for
+    assert no_revert_text("unetr", "position", "zh") == "MONAI 的 UNETR 构建的 ViT 只支持可学习的位置"
+    assert no_revert_text("swin", "attention", "zh") == ""  # it can be reverted
     reach = variants_zh.REACH["swin"]["stacking"].pop("head")
     try:
         assert "swin: stacking (how it reaches other parts, or why it is not reverted)" in untranslated()
