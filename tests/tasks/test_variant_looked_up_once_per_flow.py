@@ -84,7 +84,7 @@ def test_the_doctor_reads_the_variant_from_its_task(asked, tmp_path, capsys):
 def test_a_site_page_looks_its_variant_up_once(asked, tmp_path):
     (row,) = [r for r in variant_rows("translation") if r["name"] == "pre-ln"]
     asked.clear()
-    tasks.site.variant.variant_page(row, tmp_path / "pre-ln", check=False)
+    tasks.site.variant.variant_page(row, tasks.site.page.Roots({"en": tmp_path}), "pre-ln/index.html", check=False)
     assert asked["pre-ln"] == 1  # was 3: the page, measure, build_pair
     assert (Path(tmp_path) / "pre-ln" / "index.html").is_file()
 
