@@ -276,7 +276,6 @@ def test_verdicts_headings_and_stories_in_chinese(reports):
     assert "经典做法：softmax(QKᵀ/√d)V" in delta and "## attention（通用）" in delta
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("variant, task", [("deit", "cifar"), ("swin", "cifar"), ("moe", "translation"),
                                            ("classic", "translation")])
 def test_delta_reports_of_other_variants(variant, task):
