@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import subprocess
 import sys
@@ -122,12 +123,19 @@ def _canonical(findings) -> str:
     return json.dumps(_without_timings(findings), sort_keys=True)
 
 
+# The kernels and command lines of these tests may cache bytecode even where PYTHONDONTWRITEBYTECODE is set (CI sets
+# it, and installs with --no-compile): each of the 30 processes would otherwise compile torch's modules again, ~10 s.
+# An empty value turns the variable off; what the processes compute is the same.
+WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
+
+
 def start_command_line(name: str, out: Path) -> subprocess.Popen:
     """`zoo lab NAME --quick --scale SCALE --seed 0` in a subprocess, run beside the notebook (one thread each:
     together they fill two cores)."""
     return subprocess.Popen(
         [sys.executable, "-m", "tasks.cli.main", "lab", name, "--quick", "--scale", str(SCALE), "--seed", "0",
-         "--quiet", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         "--quiet", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **WRITE_BYTECODE})
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +145,7 @@ def kernel_specs(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("kernels")
     (folder / "python3").mkdir()
     spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (this interpreter)", "language": "python"}
+            "display_name": "Python 3 (this interpreter)", "language": "python", "env": WRITE_BYTECODE}
     (folder / "python3" / "kernel.json").write_text(json.dumps(spec))
     return folder
 
