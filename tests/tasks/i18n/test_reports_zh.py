@@ -60,14 +60,17 @@ def _finished(folder: Path, task: str, label: str, config: dict, preprocessing: 
 
 
 def _run(root: Path, label: str, seed: int, shift: float, recipe: str, rng: np.random.Generator) -> RunResult:
-    """A medseg run of ``label``: per-case Dice and HD95 of two organs."""
+    """A medseg run of ``label``: per-case Dice, HD95 and NSD (within 1 mm) of two organs."""
+    organs = ("liver", "spleen")
     records = [{"case": case, "papers": {organ: {"dice": float(np.clip(0.6 + shift + rng.normal(0, 0.05), 0, 1)),
                                                  "hd95": float(abs(8 - 20 * shift + rng.normal(0, 1)))}
-                                         for organ in ("liver", "spleen")}} for case in CASES]
+                                         for organ in organs},
+                "mm": {organ: {"nsd": float(np.clip(0.7 + shift + rng.normal(0, 0.05), 0, 1))} for organ in organs}}
+               for case in CASES]
     preprocessing = {"class_names": ["background", "liver", "spleen"],
                      "recipe": {"name": "nnunet" if recipe == "own" else recipe}}
-    return _finished(root / f"{label}-seed{seed}", "medseg", label, {"hd95": "papers", "seed": seed, "recipe": recipe},
-                     preprocessing, records, "sha256:" + "1" * 64)
+    config = {"hd95": "papers", "nsd_tolerance": 1.0, "seed": seed, "recipe": recipe}
+    return _finished(root / f"{label}-seed{seed}", "medseg", label, config, preprocessing, records, "sha256:" + "1" * 8)
 
 
 def _other_tasks(root: Path) -> dict[str, str]:
@@ -240,6 +243,7 @@ def _check(english: str) -> str:
 def test_the_fixtures_write_what_the_translation_must_cover(reports):
     """The planted inputs reach the templates the phrase table is tested on (each a different generator path)."""
     compare, ablate, shared, study = (reports[k] for k in ("compare", "ablate", "shared recipe", "study"))
+    assert "| NSD (within 1 mm) |" in compare and "| liver NSD (within 1 mm) |" in compare
     assert "each side trains with its own recipe" in compare and "| worse |" in compare and "## Per class" in compare
     assert "| own vs shared recipe (this row: shared default) | default | recipe: own nnunet -> shared" in ablate
     assert "Recipes differ between the rows" in ablate and "test-set noise only, 1 seed" in ablate
