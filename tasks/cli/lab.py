@@ -31,6 +31,9 @@ def add_lab_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--notebook", default=None, metavar="OUT.ipynb",
                    help="write the lesson as a Jupyter notebook at OUT.ipynb (with LESSON 'all': a folder, one "
                         "LESSON.ipynb each) with --quick and --seed as its parameters, and run nothing")
+    p.add_argument("--execute", action="store_true",
+                   help="with --notebook: also run the notebook headless in a fresh kernel of this Python and save "
+                        "its outputs in it (the lesson then runs, in the notebook's folder)")
     p.add_argument("--exercise", action="store_true",
                    help="write the lesson with its mistake left in place under --out (default: "
                         "runs/lab/LESSON-exercise), for you to find and fix")
@@ -61,6 +64,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if not args.scale > 0:
         raise ValueError(f"--scale must be > 0 (a fraction of the budgets, e.g. 0.1), got {args.scale}")
+    if args.execute and args.notebook is None:
+        raise ValueError("--execute runs the notebook --notebook writes: give --notebook OUT.ipynb too")
     if args.notebook is not None and args.exercise:
         raise ValueError("--notebook writes the lesson and --exercise its mistake for you to fix: give one of them")
     if args.notebook is not None:
@@ -86,7 +91,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
 def _notebooks(names: list[str], target: Path, lang: str, args: argparse.Namespace) -> int:
     """One notebook at ``target`` (``.ipynb``), or with several lessons one ``NAME.ipynb`` each in folder ``target``."""
-    from tasks.lab.notebook import write_notebook
+    from tasks.lab.notebook import execute_notebook, write_notebook
 
     if len(names) > 1 and target.suffix == ".ipynb":
         raise ValueError(f"zoo lab all --notebook writes one notebook per lesson into a folder, got {str(target)!r}: "
@@ -94,7 +99,13 @@ def _notebooks(names: list[str], target: Path, lang: str, args: argparse.Namespa
     for name in names:
         path = target / f"{name}.ipynb" if len(names) > 1 else target
         write_notebook(name, path, lang, quick=args.quick, seed=args.seed, scale=args.scale)
-        print(f"wrote {path}: run it with jupyter (its kernel: this Python, with the package installed)")
+        if args.execute:
+            print(f"lesson {name}: running {path} in a fresh kernel{' (quick)' if args.quick else ''}", file=sys.stderr)
+            execute_notebook(path)
+            print(f"wrote and ran {path}: its outputs are saved in it; the lesson's run is in "
+                  f"{path.parent / 'runs' / 'lab' / name}")
+        else:
+            print(f"wrote {path}: run it with jupyter (its kernel: this Python, with the package installed)")
     return 0
 
 

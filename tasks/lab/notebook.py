@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +204,39 @@ print(json.dumps(result.findings, indent=2, default=float))
     write_text_atomic(out, nbformat.writes(notebook) + "\n")
     return out
 
+
+def execute_notebook(path: Path, timeout: int = 3600, env: dict[str, str] | None = None) -> Any:
+    """Run the notebook at ``path`` top to bottom in a fresh kernel of this Python, in the notebook's folder, and
+    write it back with its outputs (as ``jupyter nbconvert --execute --inplace`` would); returns the executed
+    notebook (``zoo lab LESSON --notebook OUT.ipynb --execute``).
+
+    The kernel is this interpreter, through a kernelspec written to a temporary folder: the ``python3`` kernelspec
+    found on Jupyter's search path may belong to another Python (a user's ``~/.local/share/jupyter``, a system
+    Jupyter) that lacks the package. ``env`` adds variables to the kernel's environment. A cell that raises stops the
+    run with nbclient's ``CellExecutionError``, which quotes the cell and its traceback; nothing is written then.
+    """
+    nbformat = import_extra("nbformat", "zoo lab --notebook --execute", "dev")
+    nbclient = import_extra("nbclient", "zoo lab --notebook --execute", "dev")
+    from jupyter_client import KernelManager
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no notebook at {path}: write one first with zoo lab LESSON --notebook {path}")
+    check_int("timeout", timeout, low=1)
+    notebook = nbformat.read(path, as_version=4)
+    with tempfile.TemporaryDirectory() as kernels:
+        spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (zoo lab)", "language": "python", "env": dict(env or {})}
+        (Path(kernels) / "python3").mkdir()
+        (Path(kernels) / "python3" / "kernel.json").write_text(json.dumps(spec))
+        manager = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[kernels]),
+                                transport="ipc", connection_file=str(Path(kernels) / "connection.json"))
+        try:
+            nbclient.NotebookClient(notebook, km=manager, timeout=timeout,
+                                    resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+        finally:
+            if manager.has_kernel:
+                manager.shutdown_kernel(now=True)
+    write_text_atomic(path, nbformat.writes(notebook) + "\n")
+    return notebook

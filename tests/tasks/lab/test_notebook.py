@@ -17,7 +17,7 @@ import pytest
 
 from tasks.i18n.glossary import check_terms
 from tasks.lab.lesson import LESSONS
-from tasks.lab.notebook import MISTAKE_CODE, findings_table, mistake_source, write_notebook
+from tasks.lab.notebook import MISTAKE_CODE, execute_notebook, findings_table, mistake_source, write_notebook
 
 ROOT = Path(__file__).resolve().parents[3]
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -138,36 +138,9 @@ def start_command_line(name: str, out: Path) -> subprocess.Popen:
         env={**os.environ, **WRITE_BYTECODE})
 
 
-@pytest.fixture(scope="module")
-def kernel_specs(tmp_path_factory) -> Path:
-    """A kernelspec folder whose ``python3`` is this interpreter: the spec found on the search path may belong to
-    another Python (a user's ~/.local/share/jupyter, a system Jupyter) without the package or its torch."""
-    folder = tmp_path_factory.mktemp("kernels")
-    (folder / "python3").mkdir()
-    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (this interpreter)", "language": "python", "env": WRITE_BYTECODE}
-    (folder / "python3" / "kernel.json").write_text(json.dumps(spec))
-    return folder
-
-
-def execute(path: Path, kernel_specs: Path) -> nbformat.NotebookNode:
-    """Run the notebook at ``path`` top to bottom in a fresh kernel of this interpreter, in its folder."""
-    from jupyter_client import KernelManager
-    from jupyter_client.kernelspec import KernelSpecManager
-    from nbclient import NotebookClient
-
-    specs = KernelSpecManager(kernel_dirs=[str(kernel_specs)])
-    manager = KernelManager(kernel_name="python3", kernel_spec_manager=specs, transport="ipc",
-                            connection_file=str(path.parent / "kernel.json"))
-    assert manager.format_kernel_cmd()[0] == sys.executable
-    notebook = nbformat.read(path, as_version=4)
-    try:
-        NotebookClient(notebook, km=manager, timeout=600,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
-    finally:
-        if manager.has_kernel:
-            manager.shutdown_kernel(now=True)
-    return notebook
+def execute(path: Path) -> nbformat.NotebookNode:
+    """``path`` run in a fresh kernel of this interpreter, as ``zoo lab --notebook --execute`` runs it."""
+    return execute_notebook(path, timeout=600, env=WRITE_BYTECODE)
 
 
 def _printed(cell) -> str:
@@ -180,11 +153,11 @@ def _images(notebook) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(LESSONS))
-def test_notebook_prints_the_findings_of_zoo_lab(tmp_path, name, kernel_specs):
+def test_notebook_prints_the_findings_of_zoo_lab(tmp_path, name):
     path = write_notebook(name, tmp_path / f"{name}.ipynb", "en", quick=True, seed=0, scale=SCALE)
     command_line = start_command_line(name, tmp_path / "cli")
     try:
-        notebook = execute(path, kernel_specs)
+        notebook = execute(path)
         log, _ = command_line.communicate(timeout=600)
     finally:
         if command_line.poll() is None:
@@ -199,11 +172,37 @@ def test_notebook_prints_the_findings_of_zoo_lab(tmp_path, name, kernel_specs):
 
 
 @pytest.mark.slow
-def test_chinese_notebook_runs_and_shows_the_chinese_verdict(tmp_path, kernel_specs):
+def test_chinese_notebook_runs_and_shows_the_chinese_verdict(tmp_path):
     path = write_notebook("params", tmp_path / "params.ipynb", "zh", scale=SCALE)
-    notebook = execute(path, kernel_specs)
+    notebook = execute(path)
     record = json.loads((tmp_path / "runs" / "lab" / "params" / "result.json").read_text())
     shown = "".join(output.get("data", {}).get("text/markdown", "") for cell in notebook.cells
                     for output in cell.get("outputs", []))
     assert record["verdict_zh"][0] in shown and record["verdict"][0] not in shown
     assert "| 测量项 | 数值 |" in shown
+
+
+@pytest.mark.slow
+def test_execute_runs_a_kernel_of_this_interpreter_and_saves_the_outputs(tmp_path):
+    """The kernelspec on Jupyter's path may be another Python's: execute_notebook starts this one, in the notebook's
+    folder, and writes the outputs into the file; a missing notebook is named."""
+    path = tmp_path / "probe.ipynb"
+    path.write_text(nbformat.writes(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import os, sys\nprint(sys.executable)\nprint(os.getcwd())")])))
+    execute(path)
+    printed = _printed(nbformat.read(path, as_version=4).cells[0]).split("\n")
+    assert printed[:2] == [sys.executable, str(tmp_path.resolve())]
+    with pytest.raises(FileNotFoundError, match="no notebook at .*missing.ipynb: write one first"):
+        execute_notebook(tmp_path / "missing.ipynb")
+
+
+@pytest.mark.slow
+def test_zoo_lab_notebook_execute_writes_the_run_beside_the_notebook(tmp_path, capsys):
+    from tasks.cli.main import main
+
+    path = tmp_path / "nb" / "params.ipynb"
+    assert main(["lab", "params", "--notebook", str(path), "--execute", "--quick", "--scale", str(SCALE)]) == 0
+    record = json.loads((tmp_path / "nb" / "runs" / "lab" / "params" / "result.json").read_text())
+    assert json.loads(_printed(nbformat.read(path, as_version=4).cells[-1])) == record["findings"]
+    assert main(["lab", "params", "--execute"]) == 2
+    assert "--execute runs the notebook --notebook writes" in capsys.readouterr().err
