@@ -1,6 +1,7 @@
-"""Reports in Chinese, on reports their generators really write here: a comparison and an ablation (the medseg
-task, planted per-case scores, so nothing trains), a study (planted cells through the study's own meta-analysis), and
-the delta analysis of registered variants.
+"""Reports in Chinese, on reports their generators really write here from planted inputs, so nothing trains: medseg
+comparisons and an ablation (per-case scores), a cross-validation over two datasets, cifar and translation comparisons
+(per-example records), a study (planted cells through the study's own meta-analysis), and the delta analysis of
+registered variants.
 
 The no-English-left test is what ties the phrase table to the generators: a template that changes (a reworded
 sentence, a new column) and has no rule leaves English prose in the translation, and fails here.
@@ -252,17 +253,15 @@ def test_the_fixtures_write_what_the_translation_must_cover(reports):
     assert "The runs trained on this machine, up to 2 at once" in reports["baseline alone"]
     assert all(scope in study for scope in ("**general**", "**inconclusive**", "**not measured**", "## Not applied"))
     assert "across datasets" in reports["folds"] and "needs --seeds 2 or more" in reports["folds"]
-    cifar = reports["cifar, 1 seed(s)"]
-    assert "budgets that differ" in cifar and "training FLOPs per run" in cifar
-    assert "McNemar's exact test" in reports["cifar, 1 seed(s)"] and "| p (sign-flip) |" in reports["cifar, 3 seed(s)"]
-    assert "each seed was scored on its own data" in reports["translation"] and "s of training per run" in \
-        reports["translation"]
+    cifar, translation = reports["cifar, 1 seed(s)"], reports["translation"]
+    assert "budgets that differ" in cifar and "training FLOPs per run" in cifar and "McNemar's exact test" in cifar
+    assert "| p (sign-flip) |" in reports["cifar, 3 seed(s)"]
+    assert "each seed was scored on its own data" in translation and "s of training per run" in translation
     assert len(english_left(compare)) > 20 and english_left(reports["delta linear"])  # the check finds English
 
 
 @pytest.mark.parametrize("name", ["compare", "ablate", "shared recipe", "baseline alone", "study", "folds",
-                                  "cifar, 1 seed(s)",
-                                  "cifar, 3 seed(s)", "translation", "delta linear"])
+                                  "cifar, 1 seed(s)", "cifar, 3 seed(s)", "translation", "delta linear"])
 def test_no_english_prose_is_left_and_every_number_is_kept(reports, name):
     _check(reports[name])
 
