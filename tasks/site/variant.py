@@ -11,7 +11,7 @@ from tasks.i18n import ui
 from tasks.i18n.article import VARIANT_SECTIONS
 from tasks.i18n.reports_zh import translate_report
 from tasks.i18n.variants_zh import PARTS as PARTS_ZH
-from tasks.i18n.variants_zh import change_text, scope_text, variant_text
+from tasks.i18n.variants_zh import change_text, reach_text, scope_text, variant_text
 from tasks.site.code import ChangeCode, build, change_code, part_code
 from tasks.site.page import Roots, code_html, escape, markdown_html, sections_line, table
 from zoo.analysis.catalogue import millions
@@ -95,6 +95,11 @@ def _translated(english: Any, lang: str, chinese: Any) -> Any:
         return english
 
 
+def _in_own_language(english: str, text: str, lang: str) -> str:
+    """``text`` escaped, marked as English where a Chinese page shows the English text (a plugin's, untranslated)."""
+    return f"<span lang='en'>{escape(text)}</span>" if lang != "en" and text == english else escape(text)
+
+
 def _delta_markdown(report: dict[str, Any], lang: str) -> str:
     """The delta analysis' markdown in ``lang``: ``zoo diff``'s own text, translated for a Chinese page."""
     from zoo.analysis.report import render_markdown
@@ -120,8 +125,11 @@ def _change(variant: Variant, change: Change, code: ChangeCode, lang: str) -> st
     classic, chosen, flaw = _translated((change.classic, change.variant, change.flaw), lang,
                                         lambda: change_text(variant, change.name, lang))
     reaches = ui("It also reaches the {part} part:", lang)
-    reach = [f"<p class='muted'>{reaches.format(part=escape(part_name(part, lang)))} <span lang='en'>{escape(how)}"
-             f"</span></p>" for part, how in [*change.resizes.items(), *change.also_in.items()]]
+    reach = []
+    for part, how in [*change.resizes.items(), *change.also_in.items()]:
+        text = _translated(how, lang, lambda: reach_text(variant, change.name, part, lang))  # noqa: B023 (called now)
+        reach.append(f"<p class='muted'>{reaches.format(part=escape(part_name(part, lang)))} "
+                     f"{_in_own_language(how, text, lang)}</p>")
     choices = (f"<div class='choices'><div><strong>{ui('Classic', lang)}</strong><br>{escape(classic)}</div>"
                f"<div><strong>{escape(variant.name)}</strong><br>{escape(chosen)}</div>"
                f"<div><strong>{ui('The flaw it addresses', lang)}</strong><br>{escape(flaw)}</div></div>")

@@ -179,6 +179,20 @@ def test_variant_and_lesson_pages_name_their_sections_and_the_index_has_the_outl
 
 
 @pytest.mark.slow
+def test_how_a_change_reaches_another_part_is_in_chinese(site_both):
+    from tasks.i18n.variants_zh import reach_text
+    from tasks.site.page import escape
+    from zoo.registry import get_variant
+
+    change = get_variant("vit", "cifar").change("stacking")
+    english, chinese = change.resizes.get("position") or change.also_in["position"], reach_text("vit", "stacking",
+                                                                                                "position", "zh")
+    page = (site_both.zh / "variants" / "vit" / "index.html").read_text()
+    assert escape(chinese) in page and escape(english) not in page
+    assert escape(english) in (site_both.out / "variants" / "vit" / "index.html").read_text()
+
+
+@pytest.mark.slow
 def test_the_chinese_comparison_page_is_the_translated_report(site_both):
     from tasks.i18n.reports_zh import translate_report
     from tasks.site.page import markdown_html
