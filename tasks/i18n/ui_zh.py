@@ -75,6 +75,7 @@ UI: dict[str, str] = {
     "The flaw it addresses": "它要解决的缺陷",
     "It also reaches the {part} part:": "它还影响到{part}部分：",
     "The setting": "设置",
+    "no classic side: {why}": "不显示经典一侧的代码：{why}",
     "({part}, {scope})": "（{part}，{scope}）",
     "Library classes:": "库中的类：",
     "No module of its own for this part.": "这个部分没有自己的模块。",

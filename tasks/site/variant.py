@@ -11,7 +11,7 @@ from tasks.i18n import ui
 from tasks.i18n.article import VARIANT_SECTIONS
 from tasks.i18n.reports_zh import translate_report
 from tasks.i18n.variants_zh import PARTS as PARTS_ZH
-from tasks.i18n.variants_zh import change_text, reach_text, scope_text, variant_text
+from tasks.i18n.variants_zh import change_text, no_revert_text, reach_text, scope_text, variant_text
 from tasks.site.code import ChangeCode, build, change_code, part_code
 from tasks.site.page import Roots, code_html, escape, markdown_html, sections_line, table
 from zoo.analysis.catalogue import millions
@@ -133,8 +133,10 @@ def _change(variant: Variant, change: Change, code: ChangeCode, lang: str) -> st
     choices = (f"<div class='choices'><div><strong>{ui('Classic', lang)}</strong><br>{escape(classic)}</div>"
                f"<div><strong>{escape(variant.name)}</strong><br>{escape(chosen)}</div>"
                f"<div><strong>{ui('The flaw it addresses', lang)}</strong><br>{escape(flaw)}</div></div>")
+    note = code.note and _translated(code.note, lang, lambda: ui("no classic side: {why}", lang).format(
+        why=no_revert_text(variant, change.name, lang)))  # code.note is the English of the same sentence
     panes = [_pane(f"{variant.name}", code.variant.sources, code.variant.classes, lang=lang),
-             _pane("classic", code.classic.sources, code.classic.classes, code.note, lang)]
+             _pane("classic", code.classic.sources, code.classic.classes, note, lang, english=code.note)]
     setting = f"<h4>{ui('The setting', lang)}</h4>{code_html(code.setting)}" if code.setting else ""
     scope = _translated(change.scope, lang, lambda: scope_text(change.scope, lang))
     where = ui("({part}, {scope})", lang).format(part=escape(part_name(change.part, lang)), scope=escape(scope))
@@ -143,7 +145,9 @@ def _change(variant: Variant, change: Change, code: ChangeCode, lang: str) -> st
             f"{''.join(reach)}{setting}<div class='panes'>{''.join(panes)}</div>\n</section>")
 
 
-def _pane(title: str, sources: list[tuple[str, str]], classes: list[str], note: str = "", lang: str = "en") -> str:
+def _pane(title: str, sources: list[tuple[str, str]], classes: list[str], note: str = "", lang: str = "en",
+          english: str = "") -> str:
+    """A code pane: the sources shown, the library classes named, and ``note`` (``english``: its English text)."""
     shown = {name for name, _ in sources}
     named = [c for c in classes if c not in shown]  # library classes (PyTorch, MONAI): named, not shown
     body = "".join(f"<h4><code>{escape(name)}</code></h4>{code_html(source)}" for name, source in sources)
@@ -151,7 +155,7 @@ def _pane(title: str, sources: list[tuple[str, str]], classes: list[str], note: 
         body += (f"<p class='muted'>{ui('Library classes:', lang)} " + ", ".join(f"<code>{escape(c)}</code>"
                                                                                 for c in named) + "</p>")
     if note:
-        body += f"<p class='muted' lang='en'>{escape(note)}</p>"
+        body += f"<p class='muted'>{_in_own_language(english or note, note, lang)}</p>"
     if not body:
         body = f"<p class='muted'>{ui('No module of its own for this part.', lang)}</p>"
     return f"<div class='pane'><h4>{escape(title)}</h4>{body}</div>"

@@ -192,6 +192,21 @@ def test_how_a_change_reaches_another_part_is_in_chinese(site_both):
     assert escape(english) in (site_both.out / "variants" / "vit" / "index.html").read_text()
 
 
+def test_why_a_change_shows_no_classic_code_is_in_chinese():
+    from tasks.i18n.variants_zh import no_revert_text
+    from tasks.site.code import ChangeCode, Side
+    from tasks.site.page import escape
+    from tasks.site.variant import _change
+    from zoo.registry import get_variant
+
+    variant = get_variant("unetr", "medseg")
+    change = variant.change("embedding")
+    code = ChangeCode(Side(), Side(), "", f"no classic side: {change.no_revert}")  # as change_code writes it
+    chinese = _change(variant, change, code, "zh")
+    assert escape(no_revert_text(variant, "embedding", "zh")) in chinese and escape(change.no_revert) not in chinese
+    assert escape(code.note) in _change(variant, change, code, "en")
+
+
 @pytest.mark.slow
 def test_the_chinese_comparison_page_is_the_translated_report(site_both):
     from tasks.i18n.reports_zh import translate_report
