@@ -83,9 +83,15 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         result = run_lesson(name, settings)
         title, verdict = (lesson.title_zh, result.verdict_zh) if lang == "zh" else (lesson.title, result.verdict)
         print(f"\n{title}\n  {verdict[0]}\n  {verdict[1]}")
-        if not result.holds:
-            print("  (the expected direction did not hold in this run; see lesson.md)")
-        print(f"  written to {out}/lesson.md" + (f" with {', '.join(result.figures)}" if result.figures else ""))
+        figures = ", ".join(result.figures)
+        if lang == "zh":
+            if not result.holds:
+                print("  （这次运行中预期的方向没有成立，详见 lesson.zh.md）")
+            print(f"  已写入 {out}/lesson.zh.md" + (f"，图：{figures}" if figures else ""))
+        else:
+            if not result.holds:
+                print("  (the expected direction did not hold in this run; see lesson.md)")
+            print(f"  written to {out}/lesson.md" + (f" with {figures}" if figures else ""))
     return 0
 
 

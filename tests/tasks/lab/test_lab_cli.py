@@ -72,8 +72,10 @@ def test_scale_reaches_the_lessons_settings_and_lang_picks_the_verdict(tmp_path,
     assert (name, settings.scale, settings.quick, settings.seed, settings.progress) == ("mask", 0.2, True, 4, False)
     out = capsys.readouterr().out
     assert LESSONS["mask"].title_zh in out and "错误导致了 X" in out and "the mistake did X" not in out
+    assert f"已写入 {tmp_path}/lesson.zh.md" in out and "written to" not in out
     assert main(["lab", "mask", "--quiet", "--out", str(tmp_path)]) == 0
-    assert seen[-1][1].scale == 1.0 and "the mistake did X" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert seen[-1][1].scale == 1.0 and "the mistake did X" in out and f"written to {tmp_path}/lesson.md" in out
 
 
 def test_scale_is_hidden_from_the_help_and_list_speaks_chinese(capsys):
