@@ -86,7 +86,8 @@ def plot(comparisons: dict[str, dict[str, Any]], metrics: list[str], out: Path) 
         ax.axvline(0, color="black", lw=0.8)
         ax.set_yticks(range(len(rows)), [r["label"] for r in reversed(rows)], fontsize=8)
         title = next(iter(comparisons.values()))["metrics"][metric]["title"]
-        ax.set(xlabel=f"Δ {title} (row − reference), paired bootstrap 95 % interval", title=f"Δ {title}")
+        ax.set(xlabel="row − reference (paired bootstrap 95 % interval)", title=f"Δ {title}")
+        ax.margins(y=0.12)  # room for the top row's verdict under the title
         ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -136,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     comparisons = {}
     for name, path in (split_pair(r, "results") for r in args.results):
+        if name in comparisons:
+            raise ValueError(f"two comparisons named {name!r}; give each NAME=RESULTS_JSON its own name")
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path} does not exist; pass the results.json a comparison wrote (--out)")
         comparisons[name] = json.loads(Path(path).read_text())

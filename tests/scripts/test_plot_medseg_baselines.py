@@ -57,6 +57,10 @@ def test_bad_arguments_are_one_line_errors(script, tmp_path):
         script.split_pair("results.json", "results")
     with pytest.raises(ValueError, match="two or more groups with distinct labels"):
         script.pair([("a", ["x"]), ("a", ["y"])], tmp_path)
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(_comparison("a", "b", 0.1, [0.0, 0.2], "no significant difference")))
+    with pytest.raises(ValueError, match="two comparisons named 'x'"):  # the second would hide the first
+        script.main(["plot", f"x={results}", f"x={results}", "--out", str(tmp_path / "f.png")])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         script.main(["plot", f"x={tmp_path / 'missing.json'}", "--out", str(tmp_path / "f.png")])
 
