@@ -7,8 +7,9 @@ default), coloured by the verdict the comparison printed. Nothing is recomputed:
 tables.
 
 ``pair`` exists because ``zoo compare --runs`` groups runs by variant, so the runs of DynUNet under the default recipe
-and under nnU-Net's would fall into one group (and be refused as seeds trained differently). It groups the runs by the
-labels given instead and hands them to the comparison ``zoo compare`` itself builds
+and under nnU-Net's fall into one group ``dynunet``, as if they were seeds of one experiment (two runs of one seed are
+refused; runs of different seeds are pooled). It groups the runs by the labels given instead and hands them to the
+comparison ``zoo compare`` itself builds
 (:func:`tasks.compare.sweep.build_comparison`: the same paired tests, intervals, report.md and results.json); each
 group is checked as ``zoo compare --runs`` checks one variant's seeds
 (:func:`tasks.compare.run_results.group_by_variant`).
