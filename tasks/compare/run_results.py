@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.engine.registry import task_class
-from tasks.engine.same_run import result_settings
+from tasks.engine.same_run import ADDED_LATER, result_settings
 from tasks.runs.records import INDEX_FILE, read_records
 from tasks.runs.run import RUN_FILE, read_run_info
 
@@ -145,6 +145,11 @@ def _check_comparable(name: str, first: RunResult, run: RunResult) -> None:
                          f"{name!r} but on different data: their scores are not seeds of one mean; compare them in "
                          "separate invocations or train and evaluate them on the same data")
     a, b = training_settings(first), training_settings(run)
+    for key, (earlier, _) in ADDED_LATER.items():  # result_settings leaves such a field out at its earlier value
+        a.setdefault(key, earlier)
+        b.setdefault(key, earlier)
+    if first.recipe is not None:  # `--recipe own` and the recipe it resolves to train alike: compare what trained
+        a["recipe"], b["recipe"] = first.recipe, run.recipe
     differ = [k for k in a if k in b and a[k] != b[k]]
     if "preset" in differ and first.info.get("variant_config") == run.info.get("variant_config"):
         differ.remove("preset")  # None and the preset it resolved to build the same model

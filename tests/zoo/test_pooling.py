@@ -92,6 +92,26 @@ def test_runs_trained_with_other_settings_are_refused(tmp_path, other, named):
     assert message.endswith("compare them in separate invocations or retrain with the same settings")
 
 
+def test_runs_of_other_recipes_or_nsd_tolerances_are_not_pooled_as_seeds(tmp_path):
+    """A field added later (same_run.ADDED_LATER) is left out of a run's settings at its earlier value: a default-recipe
+    run and an nnunet one were pooled as seeds of one dynunet; `own` and the recipe it resolves to still pool."""
+    from tasks.medseg.config import MedsegConfig
+
+    def run(name: str, seed: int, trained: str = "default", **settings) -> Path:
+        folder = fake_run(tmp_path / name, MedsegConfig(variant="dynunet", seed=seed, **settings))
+        info = json.loads((folder / "run.json").read_text())
+        info["preprocessing"]["recipe"] = {"name": trained}  # as a medseg run records the recipe it resolved
+        (folder / "run.json").write_text(json.dumps(info))
+        return folder
+
+    default, nnunet = run("default", 0), run("nnunet", 1, "nnunet", recipe="nnunet")
+    with pytest.raises(ValueError, match=r"trained with different settings \(recipe: 'default' in .* vs 'nnunet' in"):
+        pool(default, nnunet)
+    with pytest.raises(ValueError, match=r"nsd_tolerance: 1.0 in .* vs 2.0 in"):
+        pool(default, run("tolerance", 1, nsd_tolerance=2.0))
+    assert len(pool(nnunet, run("own", 0, "nnunet", recipe="own"))["dynunet"]) == 2  # own resolves to dynunet's nnunet
+
+
 def test_runs_with_other_model_overrides_are_refused(tmp_path):
     a = fake_run(tmp_path / "a", CifarConfig(seed=0))
     b = fake_run(tmp_path / "b", CifarConfig(seed=1, model={"depth": 2}))
