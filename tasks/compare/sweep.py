@@ -327,9 +327,21 @@ def recipe_text(groups: dict[str, list[RunResult]]) -> str:
         return f" Recipes: each side trains with its own recipe ({listed})."
     if len(requested) == 1:
         return f" Recipes: one shared recipe for every side: {next(iter(first.values())).recipe}."
-    listed = "; ".join(f"`{label}`: {r.recipe} ({'its own' if r.recipe_requested == OWN else 'shared'})"
-                       for label, r in first.items())
+    trained = {r.recipe for r in first.values()}
+    if len(trained) == 1:  # given otherwise (`own` on one side, the name on another) but the same recipe trained
+        return f" Recipes: every side trains with {trained.pop()}."
+    listed = "; ".join(f"`{label}`: {r.recipe} ({'its own' if _is_own(r) else 'shared'})" for label, r in first.items())
     return f" Recipes differ between the rows: {listed}."
+
+
+def _is_own(run: RunResult) -> bool:
+    """Whether ``run`` trained with its variant's declared recipe: given ``own``, or given that recipe by name."""
+    if run.recipe_requested == OWN:
+        return True
+    from zoo.registry import get_variant
+
+    config_class = get_variant(run.variant, run.task).config_class
+    return run.recipe == getattr(config_class, "recipe", None)
 
 
 def _preamble(kind: str, reference: str, groups: dict[str, list[RunResult]], budgets: dict[str, str], metric,

@@ -128,6 +128,7 @@ _SENTENCES: list[tuple[str, str]] = [
     (r"the task's embedded data", "任务自带的数据"),
     (r" Recipes: each side trains with its own recipe \((.+?)\)\.", r"训练配方：每一方用自己的配方（\1）。"),
     (r" Recipes: one shared recipe for every side: (\S+?)\.(?= |$)", r"训练配方：所有方共用一个配方：\1。"),
+    (r" Recipes: every side trains with (\S+?)\.(?= |$)", r"训练配方：每一方都用 \1 训练。"),
     (r" Recipes differ between the rows: (.+?)\.(?= The runs|$)", r"各行的训练配方不同：\1。"),
     (r" \((its own|shared)\)", lambda m: f"（{CELLS[m.group(1)]}）"),
     (r" The runs trained one after another in one process\.", "各次运行在同一个进程中依次训练。"),

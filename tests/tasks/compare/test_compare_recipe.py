@@ -43,6 +43,12 @@ def test_the_preamble_says_own_recipes_or_one_shared_recipe():
     mixed = {"dynunet": [_result("dynunet", "own", "nnunet")], "unetr": [_result("unetr", "default", "default")]}
     assert recipe_text(mixed) == " Recipes differ between the rows: `dynunet`: nnunet (its own); `unetr`: default " \
                                  "(shared)."
+    # given otherwise, trained alike: not "differ"; a recipe given by the name the variant declares is its own
+    alike = {"dynunet": [_result("dynunet", "default", "default")], "unetr": [_result("unetr", "own", "default")]}
+    assert recipe_text(alike) == " Recipes: every side trains with default."
+    named = {"dynunet": [_result("dynunet", "nnunet", "nnunet")], "unetr": [_result("unetr", "own", "default")]}
+    assert recipe_text(named) == " Recipes differ between the rows: `dynunet`: nnunet (its own); `unetr`: default " \
+                                 "(its own)."
     translation = RunResult(Path("r"), Path("r"), {"task": "translation", "variant": "classic", "config": {}}, None)
     assert translation.recipe is None and recipe_text({"classic": [translation]}) == ""  # a task without recipes
 
