@@ -327,7 +327,8 @@ def test_lines_no_rule_matches_stay_as_they_are():
 def test_every_recipe_sentence_of_the_preamble_is_translated():
     """Each of sweep.recipe_text's sentences, as the preamble ends with it."""
     for english, chinese in ((" Recipes: every side trains with default.", "训练配方：每一方都用 default 训练。"),
-                             (" Recipes: one shared recipe for every side: nnunet.", "训练配方：所有方共用一个配方：nnunet。"),
+                             (" Recipes: one shared recipe for every side: nnunet.",
+                              "训练配方：所有方共用一个配方：nnunet。"),
                              (" Recipes: each side trains with its own recipe (dynunet: nnunet, unetr: default).",
                               "训练配方：每一方用自己的配方（dynunet: nnunet, unetr: default）。")):
         translated = translate_report(f"Metric: test Dice.{english}")
