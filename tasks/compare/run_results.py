@@ -103,7 +103,8 @@ def _evaluated_run(path: Path) -> Path:
 
 def group_by_variant(results: list[RunResult]) -> dict[str, list[RunResult]]:
     """Runs grouped by run.json ``variant`` (first appearance first; a run that started from other weights is a
-    group of its own, :attr:`RunResult.label`): the runs of a group are its seeds.
+    group of its own, :attr:`RunResult.label`; when runs of one variant trained with several recipes, each recipe is
+    a group, labelled e.g. ``dynunet (recipe nnunet)``): the runs of a group are its seeds.
 
     The runs of a group must be seeds of one experiment, so are refused: two folders of one training run (a run
     and its evaluation, or a folder given twice), two runs of one seed (CPU runs of a seed are bit-identical:
@@ -111,9 +112,13 @@ def group_by_variant(results: list[RunResult]) -> dict[str, list[RunResult]]:
     different data (:func:`data_source`) and runs trained or scored with different settings
     (:func:`training_settings`).
     """
-    groups: dict[str, list[RunResult]] = {}
+    recipes: dict[str, set[str | None]] = {}
     for result in results:
-        groups.setdefault(result.label, []).append(result)
+        recipes.setdefault(result.label, set()).add(result.recipe)
+    groups: dict[str, list[RunResult]] = {}
+    for result in results:  # a variant trained with several recipes: a group per recipe, `dynunet (recipe nnunet)`
+        label = result.label if len(recipes[result.label]) == 1 else f"{result.label} (recipe {result.recipe})"
+        groups.setdefault(label, []).append(result)
     for name, runs in groups.items():
         first, trained, seeds = runs[0], {}, {}
         for run in runs:

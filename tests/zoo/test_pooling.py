@@ -94,7 +94,8 @@ def test_runs_trained_with_other_settings_are_refused(tmp_path, other, named):
 
 def test_runs_of_other_recipes_or_nsd_tolerances_are_not_pooled_as_seeds(tmp_path):
     """A field added later (same_run.ADDED_LATER) is left out of a run's settings at its earlier value: a default-recipe
-    run and an nnunet one were pooled as seeds of one dynunet; `own` and the recipe it resolves to still pool."""
+    run and an nnunet one were pooled as seeds of one dynunet. Now each recipe is a group of its own (a comparison
+    pairs them), runs of other NSD tolerances are refused, and `own` and the recipe it resolves to still pool."""
     from tasks.medseg.config import MedsegConfig
 
     def run(name: str, seed: int, trained: str = "default", **settings) -> Path:
@@ -105,8 +106,8 @@ def test_runs_of_other_recipes_or_nsd_tolerances_are_not_pooled_as_seeds(tmp_pat
         return folder
 
     default, nnunet = run("default", 0), run("nnunet", 1, "nnunet", recipe="nnunet")
-    with pytest.raises(ValueError, match=r"trained with different settings \(recipe: 'default' in .* vs 'nnunet' in"):
-        pool(default, nnunet)
+    groups = pool(default, nnunet, run("nnunet-seed2", 2, "nnunet", recipe="nnunet"))  # a group per recipe: pairable
+    assert {k: len(v) for k, v in groups.items()} == {"dynunet (recipe default)": 1, "dynunet (recipe nnunet)": 2}
     with pytest.raises(ValueError, match=r"nsd_tolerance: 1.0 in .* vs 2.0 in"):
         pool(default, run("tolerance", 1, nsd_tolerance=2.0))
     assert len(pool(nnunet, run("own", 0, "nnunet", recipe="own"))["dynunet"]) == 2  # own resolves to dynunet's nnunet
