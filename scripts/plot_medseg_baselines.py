@@ -1,29 +1,14 @@
-"""The figure of README's "Measured: configured baselines" (``docs/medseg-baselines.png``), and the pairing of
-finished runs of one variant trained with two recipes.
+"""The figure of README's "Measured: configured baselines" (``docs/medseg-baselines.png``).
 
-``plot`` draws, for every comparison given (a ``results.json`` that ``zoo compare`` or ``pair`` wrote), each row's Δ
-against the comparison's reference with its paired-bootstrap 95 % interval, one panel per metric (Dice and NSD by
-default), coloured by the verdict the comparison printed. Nothing is recomputed: the figure shows the numbers of the
-tables.
-
-``pair`` exists because ``zoo compare --runs`` groups runs by variant, so the runs of DynUNet under the default recipe
-and under nnU-Net's fall into one group ``dynunet``, as if they were seeds of one experiment (two runs of one seed are
-refused; runs of different seeds are pooled). It groups the runs by the labels given instead and hands them to the
-comparison ``zoo compare`` itself builds
-(:func:`tasks.compare.sweep.build_comparison`: the same paired tests, intervals, report.md and results.json); each
-group is checked as ``zoo compare --runs`` checks one variant's seeds
-(:func:`tasks.compare.run_results.group_by_variant`).
+``plot`` draws, for every comparison given (a ``results.json`` that ``zoo compare`` wrote), each row's Δ against the
+comparison's reference with its paired-bootstrap 95 % interval, one panel per metric (Dice and NSD by default),
+coloured by the verdict the comparison printed. Nothing is recomputed: the figure shows the numbers of the tables.
 
 Usage::
 
     R=runs/baselines-39
-    python scripts/plot_medseg_baselines.py pair --out $R/recipe-phantom3d \\
-        --group "dynunet, default recipe=$R/p3d-dynunet-default-s0,$R/p3d-dynunet-default-s1" \\
-        --group "dynunet, nnunet recipe=$R/p3d-dynunet-nnunet-s0,$R/p3d-dynunet-nnunet-s1"
     python scripts/plot_medseg_baselines.py plot --out docs/medseg-baselines.png \\
-        "phantom3d=runs/baselines-39/recipe-phantom3d/results.json" "2D phantom=runs/baselines-39/cmp2d/results.json"
-
-The first ``--group`` is the reference (Δ = row − reference).
+        "phantom3d=$R/recipe-p3d/results.json" "2D phantom=$R/cmp2d-e10/results.json"
 """
 
 from __future__ import annotations
@@ -97,45 +82,14 @@ def plot(comparisons: dict[str, dict[str, Any]], metrics: list[str], out: Path) 
     return out
 
 
-def pair(groups: list[tuple[str, list[str]]], out: Path, alpha: float = 0.05,
-         title: str = "zoo compare medseg, runs grouped by label") -> dict[str, Any]:
-    """The comparison of finished medseg runs grouped by the labels given (the first group the reference), as
-    ``zoo compare --runs`` builds one; each group's runs are checked as seeds of one experiment."""
-    from tasks.compare.run_results import group_by_variant, read_result
-    from tasks.compare.sweep import build_comparison
-
-    labels = [label for label, _ in groups]
-    if len(groups) < 2 or len(set(labels)) != len(labels):
-        raise ValueError(f"--group given for {labels}: pass two or more groups with distinct labels")
-    grouped = {}
-    for label, paths in groups:
-        seeds = group_by_variant([read_result(p) for p in paths])  # refuses runs that are not seeds of one setting
-        if len(seeds) != 1:
-            raise ValueError(f"--group {label!r} holds runs of {', '.join(seeds)}; give one variant's runs per group")
-        grouped[label] = next(iter(seeds.values()))
-    return build_comparison("medseg", grouped, labels[0], out, alpha=alpha, title=title)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("pair", help="compare finished runs grouped by label (e.g. one variant, two recipes)")
-    p.add_argument("--group", action="append", required=True, metavar="LABEL=DIR[,DIR...]",
-                   help="a group's label and its runs (seeds); the first group is the reference")
-    p.add_argument("--out", required=True, type=Path, help="folder for results.json and report.md")
-    p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument("--title", default="zoo compare medseg, runs grouped by label", help="report.md's title")
     p = commands.add_parser("plot", help="the rows' Δ with their intervals, from results.json files")
     p.add_argument("results", nargs="+", metavar="NAME=RESULTS_JSON", help="a comparison's name and results.json")
     p.add_argument("--metrics", default="dice,nsd", help="comma-separated metric keys (default: dice,nsd)")
     p.add_argument("--out", type=Path, default=Path("docs/medseg-baselines.png"))
     args = parser.parse_args(argv)
-    if args.command == "pair":
-        groups = [(label, value.split(",")) for label, value in (split_pair(g, "--group") for g in args.group)]
-        comparison = pair(groups, args.out, args.alpha, args.title)
-        print(comparison["table"])
-        print(f"written to {args.out}/ (report.md, results.json)")
-        return
     comparisons = {}
     for name, path in (split_pair(r, "results") for r in args.results):
         if name in comparisons:

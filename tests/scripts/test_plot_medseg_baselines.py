@@ -1,6 +1,5 @@
 """scripts/plot_medseg_baselines.py: the forest plot of README's "Measured: configured baselines" reads each
-comparison's rows as results.json holds them, and ``pair`` compares one variant's runs under two recipes, which
-``zoo compare --runs`` refuses as seeds trained differently."""
+comparison's rows as results.json holds them."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tasks.cli.main import main as zoo
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plot_medseg_baselines.py"
 
@@ -55,44 +52,9 @@ def test_plot_writes_one_png_over_every_comparison(script, tmp_path):
 def test_bad_arguments_are_one_line_errors(script, tmp_path):
     with pytest.raises(ValueError, match="not NAME=VALUE"):
         script.split_pair("results.json", "results")
-    with pytest.raises(ValueError, match="two or more groups with distinct labels"):
-        script.pair([("a", ["x"]), ("a", ["y"])], tmp_path)
     results = tmp_path / "results.json"
     results.write_text(json.dumps(_comparison("a", "b", 0.1, [0.0, 0.2], "no significant difference")))
     with pytest.raises(ValueError, match="two comparisons named 'x'"):  # the second would hide the first
         script.main(["plot", f"x={results}", f"x={results}", "--out", str(tmp_path / "f.png")])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         script.main(["plot", f"x={tmp_path / 'missing.json'}", "--out", str(tmp_path / "f.png")])
-
-
-TRAIN = ("case0005", "case0006", "case0007", "case0008", "case0009")
-# the smallest 3D runs (tests/tasks/compare/test_compare_recipe.py's): one epoch, one patch per case, NIfTI phantom
-TINY = ["--preset", "tiny", "--fold", "0", "--patch-size", "16,32,32", "--batch-size", "2", "--patches-per-case", "1",
-        "--overlay-slices", "1", "--device", "cpu", "--num-threads", "1", "--epochs", "1", "--progress", "false",
-        "--figures", "false"]
-
-
-@pytest.mark.slow  # trains two 3D runs of one epoch
-def test_pair_compares_one_variant_under_two_recipes(script, tmp_path, monkeypatch):
-    from tasks.medseg.reading.phantom_nifti import write_phantom_nifti
-
-    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
-    data = write_phantom_nifti(tmp_path / "dec", "decathlon", slices=20, size=(40, 48), train_cases=TRAIN,
-                               test_cases=("case0001", "case0002"))
-    runs = {}
-    for recipe in ("default", "nnunet"):
-        runs[recipe] = str(tmp_path / recipe)
-        assert zoo(["train", "medseg", "--variant", "dynunet", "--data", str(data), "--recipe", recipe, *TINY,
-                    "--out", runs[recipe]]) == 0
-    # what the script is for: grouped by variant, as zoo compare --runs groups them, the two runs are one group
-    with pytest.raises(ValueError, match="are both 'dynunet'"):
-        script.pair([("dynunet", [runs["default"], runs["nnunet"]]), ("other", [runs["default"]])], tmp_path / "x")
-    comparison = script.pair([("default recipe", [runs["default"]]), ("nnunet recipe", [runs["nnunet"]])],
-                             tmp_path / "pair")
-    reference, row = comparison["rows"]
-    assert (reference["variant"], reference["recipe"]) == ("default recipe", "default")
-    assert (row["variant"], row["recipe"]) == ("nnunet recipe", "nnunet")
-    stat = row["metrics"]["dice"]
-    assert stat["delta"] == pytest.approx(row["mean"] - reference["mean"]) and stat["p_value"] is not None
-    results = json.loads((tmp_path / "pair" / "results.json").read_text())
-    assert results["reference"] == "default recipe" and "nnunet recipe" in (tmp_path / "pair" / "report.md").read_text()

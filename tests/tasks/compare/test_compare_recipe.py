@@ -148,6 +148,13 @@ def test_ablate_pairs_the_own_recipe_against_the_shared_default(nifti, tmp_path,
     assert stat["p_value"] is not None and stat["delta"] == pytest.approx(full["mean"] - row["mean"])  # paired
     report = (out / "report.md").read_text()
     assert "`dynunet`: nnunet (its own)" in report and "(this row: shared default)`: default (shared)" in report
+    # the same two runs given to zoo compare --runs: one variant, two recipes, a group per recipe, paired
+    assert main(["compare", "medseg", "--runs", b, a, "--baseline", "dynunet (recipe default)",
+                 "--out", str(tmp_path / "runs")]) == 0
+    again = json.loads((tmp_path / "runs" / "results.json").read_text())
+    assert [(r["variant"], r["recipe"]) for r in again["rows"]] == [("dynunet (recipe default)", "default"),
+                                                                     ("dynunet (recipe nnunet)", "nnunet")]
+    assert again["rows"][1]["metrics"][results["headline"]]["delta"] == pytest.approx(stat["delta"])  # own − shared
 
 
 @pytest.mark.slow  # trains 2 variants x 2 folds of one 2D epoch
