@@ -199,7 +199,8 @@ def run_lesson(name: str, settings: LabSettings) -> LessonResult:
         if len(lines) != 2:
             raise ValueError(f"lesson {name!r} must give a two-line {field_name}, got {len(lines)} lines: set "
                              f"LessonResult.{field_name} (the Chinese one from the same numbers as the English)")
-    command = f"zoo lab {name}{' --quick' if settings.quick else ''} --seed {settings.seed}"
+    scale = f" --scale {settings.scale:g}" if settings.scale != 1 else ""  # the tests' and notebooks' smaller budgets
+    command = f"zoo lab {name}{' --quick' if settings.quick else ''}{scale} --seed {settings.seed}"
     for lang, file_name in (("en", "lesson.md"), ("zh", "lesson.zh.md")):
         write_text_atomic(settings.out / file_name, lesson_markdown(lesson, result, lang, command, seconds))
     plain = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()}

@@ -61,6 +61,8 @@ def test_run_lesson_writes_markdown_and_json(tmp_path, monkeypatch):
     assert "![plot.png](plot.png)" in zh and "`zoo lab fake --quick --seed 0`" in zh
     # the article's sections by number and title, from the outline
     assert f"§5.2 {section('5.2').zh}" in zh and f"§7.2 {section('7.2').zh}" in zh
+    run_lesson("fake", LabSettings(out=tmp_path / "scaled", quick=True, scale=0.05))  # as the tests and notebooks run
+    assert "`zoo lab fake --quick --scale 0.05 --seed 0`" in (tmp_path / "scaled" / "lesson.md").read_text()
 
 
 def test_lesson_markdown_in_english_is_the_old_writers_byte_for_byte():
