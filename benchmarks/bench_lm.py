@@ -71,7 +71,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -110,14 +110,21 @@ MMAP_THRESHOLD = 64 * 1024  # bytes: glibc maps every allocation this large on i
 def lm_trainer(preset: str, threads: int | None, out: Path) -> Trainer:
     """A :class:`~tasks.engine.trainer.Trainer` of ``zoo train lm`` (variant classic), set up as ``fit`` sets
     it up, without training: data, model, optimizer, schedule, precision, FLOP counter, session."""
+    from tasks.lm.task import LMConfig, LMTask
+
+    return prepared_trainer(LMTask, LMConfig(preset=preset, progress=False, device="cpu", num_threads=threads or 0,
+                                             out=str(out)))
+
+
+def prepared_trainer(task_class: type, config: Any) -> Trainer:
+    """A :class:`~tasks.engine.trainer.Trainer` of ``task_class`` with ``config``, set up as ``fit`` sets it up,
+    without training: data, model, optimizer, schedule, precision, FLOP counter, session."""
     from tasks.engine.budget import TrainingFlopCounter
     from tasks.engine.precision import resolve
     from tasks.engine.sessions import Session
     from tasks.engine.trainer import Trainer
-    from tasks.lm.task import LMConfig, LMTask
 
-    config = LMConfig(preset=preset, progress=False, device="cpu", num_threads=threads or 0, out=str(out))
-    trainer = Trainer(LMTask, config)
+    trainer = Trainer(task_class, config)
     task = trainer.task
     task.setup()
     trainer.model = task.build_model().to(trainer.device)

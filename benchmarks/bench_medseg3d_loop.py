@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from bench_core import CLOCKS, HEADER, Row, bench_parser, print_row, summarise, time_pair, timed_row
-from bench_lm import trainer_block
+from bench_lm import prepared_trainer, trainer_block
 from bench_medseg3d import monai_twin
 from torch import Tensor, nn
 
@@ -68,26 +68,12 @@ def medseg_trainer(patch: Sequence[int], batch: int, threads: int | None, out: P
     """A :class:`~tasks.engine.trainer.Trainer` of ``zoo train medseg --dataset phantom3d --variant dynunet`` at
     ``patch`` and ``batch``, set up as ``fit`` sets it up, without training: data, model, optimizer, schedule,
     precision, FLOP counter, session."""
-    from tasks.engine.budget import TrainingFlopCounter
-    from tasks.engine.precision import resolve
-    from tasks.engine.sessions import Session
-    from tasks.engine.trainer import Trainer
     from tasks.medseg.task import MedsegConfig, MedsegTask
 
     config = MedsegConfig(dataset="phantom3d", variant=VARIANT, recipe="default", patch_size=tuple(patch),
                           batch_size=batch, progress=False, device="cpu", num_threads=threads or 0, out=str(out),
                           overlay_slices=0)
-    trainer = Trainer(MedsegTask, config)
-    task = trainer.task
-    task.setup()
-    trainer.model = task.build_model().to(trainer.device)
-    trainer.optimizer = task.make_optimizer(trainer.model)
-    trainer.planned_steps = math.ceil(len(task.train_batches(0)) / config.accumulate) * config.epochs
-    trainer.scheduler = task.make_scheduler(trainer.optimizer, trainer.planned_steps)
-    trainer.precision = resolve(config.precision, trainer.device)
-    trainer.flop_counter = TrainingFlopCounter().start(trainer)
-    trainer.session, trainer._session_start = Session.begin(0), time.perf_counter()
-    return trainer
+    return prepared_trainer(MedsegTask, config)
 
 
 def plain_transforms(config: Any, patch: Sequence[int], foreground: float) -> tuple[Callable, Callable]:
