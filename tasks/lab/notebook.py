@@ -23,6 +23,7 @@ from typing import Any
 from plumbing.atomic import write_text_atomic
 from plumbing.errors import check_bool, check_int, check_number, import_extra
 from plumbing.tables import markdown_table
+from tasks.i18n import check_lang
 from tasks.lab.lesson import Lesson, get_lesson
 
 # The code of each lesson's mistake (attributes of the lesson's module, so a mistake a lesson imports from another
@@ -82,12 +83,6 @@ _WORDS: dict[str, dict[str, str]] = {
 }
 
 
-def _check_lang(lang: str) -> str:
-    from tasks.i18n import check_lang
-
-    return check_lang(lang)
-
-
 def mistake_source(name: str) -> str:
     """The source of lesson ``name``'s mistake code (:data:`MISTAKE_CODE`), read from the lesson's module now."""
     lesson = get_lesson(name)
@@ -98,7 +93,7 @@ def mistake_source(name: str) -> str:
 def findings_table(findings: dict[str, Any], lang: str = "en") -> str:
     """A two-column markdown table of a lesson's scalar findings, nested keys joined with ``.``, headed in ``lang``;
     lists are shown by their length (their values are in the notebook's last cell and in ``result.json``)."""
-    words = _WORDS[_check_lang(lang)]
+    words = _WORDS[check_lang(lang)]
     rows: list[dict[str, Any]] = []
 
     def walk(prefix: str, value: Any) -> None:
@@ -134,7 +129,7 @@ def write_notebook(name: str, out: Path, lang: str = "en", quick: bool = True, s
     """
     nbformat = import_extra("nbformat", "zoo lab --notebook", "dev")
     lesson = get_lesson(name)
-    words = _WORDS[_check_lang(lang)]
+    words = _WORDS[check_lang(lang)]
     zh = lang == "zh"
     out = Path(out)
     if out.suffix != ".ipynb":
